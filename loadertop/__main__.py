@@ -1,0 +1,3 @@
+from loadertop.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,104 @@
+"""Command line: argument parsing and dispatch only; each subcommand lives in its own module.
+
+Imports are lazy so `loadertop --help` and `--version` answer at once (no torch, no textual).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from loadertop._version import __version__
+
+SUBCOMMANDS = ("snapshot", "run", "demo", "keys")
+
+DESCRIPTION = """\
+top for PyTorch input pipelines: live DataLoader wait times, queue, workers, the machine,
+and the bottleneck named.
+
+commands:
+  loadertop [ENDPOINT ...]              the live viewer (default: every instrumented process found)
+  loadertop snapshot [--json] [--seconds S] [ENDPOINT ...]
+                                        watch S seconds, print one report and exit
+  loadertop run [--] COMMAND ...        run COMMAND with every DataLoader instrumented
+  loadertop demo                        a synthetic training job with the viewer on it
+  loadertop keys [DIR]                  create a CurveZMQ key pair for remote viewing
+
+ENDPOINT: tcp://HOST:PORT, HOST:PORT, ipc://PATH, or the pid of an instrumented process.
+Instrument a loader with:  train = loadertop.instrument(DataLoader(...), name="train")
+"""
+
+
+def _viewer_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="loadertop", description=DESCRIPTION,
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--version", action="version", version=f"loadertop {__version__}")
+    p.add_argument("endpoints", nargs="*", metavar="ENDPOINT")
+    p.add_argument("--refresh", type=float, default=1.0, metavar="S",
+                   help="seconds between screen refreshes (default 1)")
+    p.add_argument("--window", type=float, default=3.0, metavar="S",
+                   help="seconds of history behind each figure (default 3)")
+    p.add_argument("--no-color", action="store_true", help="no colours (also: NO_COLOR=1)")
+    p.add_argument("--once", action="store_true",
+                   help="print one report instead of the live screen (also when not a terminal)")
+    p.add_argument("--seconds", type=float, default=3.0, metavar="S",
+                   help="with --once: how long to watch (default 3)")
+    _add_key_options(p)
+    return p
+
+
+def _snapshot_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="loadertop snapshot",
+        description="Watch for S seconds, print one report (or the JSON document) and exit.")
+    p.add_argument("endpoints", nargs="*", metavar="ENDPOINT")
+    p.add_argument("--json", action="store_true", help="print the loadertop.snapshot/1 document")
+    p.add_argument("--seconds", type=float, default=3.0, metavar="S", help="watch this long (default 3)")
+    _add_key_options(p)
+    return p
+
+
+def _add_key_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--key", metavar="FILE", default=None,
+                   help="this viewer's secret key file (CurveZMQ), from `loadertop keys`")
+    p.add_argument("--server-key", metavar="FILE", default=None,
+                   help="the trainer's public key file (CurveZMQ)")
+
+
+def fail(message: str, code: int = 2) -> int:
+    print(f"loadertop: {message}", file=sys.stderr)
+    return code
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    try:
+        if argv and argv[0] in SUBCOMMANDS:
+            command, rest = argv[0], argv[1:]
+            if command == "snapshot":
+                from loadertop.commands import snapshot
+
+                return snapshot.main(_snapshot_parser().parse_args(rest))
+            if command == "run":
+                from loadertop.commands import run
+
+                return run.main(rest)
+            if command == "demo":
+                from loadertop.commands import demo
+
+                return demo.main(rest)
+            if command == "keys":
+                from loadertop.commands import keys
+
+                return keys.main(rest)
+        args = _viewer_parser().parse_args(argv)
+        from loadertop.commands import view
+
+        return view.main(args)
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

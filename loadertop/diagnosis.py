@@ -1,0 +1,943 @@
+"""Name the bottleneck: pure functions from a window of figures to a verdict.
+
+No I/O and no torch / textual / zmq here (stdlib only), so the probe, the viewer, `snapshot --json`
+and the tests all judge alike.
+
+    verdict = diagnose(source, system, previous=stabilizer.shown_category(source_id))
+    shown = stabilizer.update(source_id, verdict, now)       # hysteresis between refreshes
+    top = overall([(source_id, shown), ...], system)           # the most urgent, plus "source"
+
+A verdict is ``{"category", "summary", "evidence", "advice"}`` (CONTRACT §3/§4). Every figure may
+be None (unknown): a rule treats None as "no evidence" and never invents a value.
+
+Two layers of hysteresis keep a steady workload from flickering between categories:
+
+* **margins** (in `diagnose`, given the category shown now as ``previous``): a threshold is crossed
+  at one value and crossed back only past a second one, e.g. the loop becomes input-bound at a wait
+  fraction >= 10 % but goes back to compute-bound only below 7 %;
+* **persistence** (`VerdictStabilizer`): a new category replaces the shown one only after
+  `STABLE_UPDATES` consecutive updates (or `STABLE_SECONDS` over at least two), except the urgent
+  ones (`stalled`, `memory_pressure`), which show at once.
+
+Precedence inside `diagnose`: stalled > memory_pressure > idle > insufficient_data > compute_bound >
+(the loop waits:) main_process_bound > cpu_saturated > input_bound_io > input_bound_cpu.
+A stall (a dead worker, a loop blocked far longer than usual) is checked before memory pressure
+because it means training has stopped, and a worker killed by SIGKILL under memory pressure is
+most likely the OOM killer's doing: the stalled verdict then carries the memory evidence and advice
+too, so nothing is lost. See docs/diagnosis.md for every threshold and the reason for it.
+"""
+
+from __future__ import annotations
+
+import math
+import signal
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+# ---------------------------------------------------------------------------------------------
+# Category names (CONTRACT §4): defined once here, imported elsewhere.
+# ---------------------------------------------------------------------------------------------
+IDLE = "idle"
+INSUFFICIENT_DATA = "insufficient_data"
+COMPUTE_BOUND = "compute_bound"
+INPUT_BOUND_IO = "input_bound_io"
+INPUT_BOUND_CPU = "input_bound_cpu"
+CPU_SATURATED = "cpu_saturated"
+MAIN_PROCESS_BOUND = "main_process_bound"
+MEMORY_PRESSURE = "memory_pressure"
+STALLED = "stalled"
+
+CATEGORIES = (
+    IDLE, INSUFFICIENT_DATA, COMPUTE_BOUND, INPUT_BOUND_IO, INPUT_BOUND_CPU,
+    CPU_SATURATED, MAIN_PROCESS_BOUND, MEMORY_PRESSURE, STALLED,
+)
+
+# Shown at once by VerdictStabilizer: waiting a few refreshes to report a dead worker or a machine
+# about to swap itself to death helps nobody.
+URGENT_CATEGORIES = frozenset({STALLED, MEMORY_PRESSURE})
+
+# The categories in which the loop waits for data (the margin on the wait fraction applies to them).
+INPUT_BOUND_CATEGORIES = frozenset({INPUT_BOUND_IO, INPUT_BOUND_CPU, CPU_SATURATED, MAIN_PROCESS_BOUND})
+
+# `overall` picks the first of these found among the sources (most urgent first):
+# - stalled: training makes no progress at all (or is about to crash);
+# - memory_pressure: the OOM killer or swapping is next, and it slows every process on the machine;
+# - cpu_saturated: machine-wide, and its advice ("fewer workers") overrides other sources' "more";
+# - main_process_bound: the one input-bound case that more workers make worse, easy to misread;
+# - input_bound_io before input_bound_cpu: the storage fix (format, caching) is the longer job and a
+#   slow disk slows every reader of it; the CPU case is usually fixed with one number;
+# - compute_bound (healthy, but running) says more than insufficient_data, which says more than idle.
+OVERALL_RANK = (
+    STALLED, MEMORY_PRESSURE, CPU_SATURATED, MAIN_PROCESS_BOUND, INPUT_BOUND_IO,
+    INPUT_BOUND_CPU, COMPUTE_BOUND, INSUFFICIENT_DATA, IDLE,
+)
+
+# ---------------------------------------------------------------------------------------------
+# Thresholds: the only place they are defined. docs/diagnosis.md repeats them with the reasons.
+# ---------------------------------------------------------------------------------------------
+
+# Judge a window only with at least this many batches: 1-4 waits are dominated by chance (one slow
+# file, the first batch of an epoch).
+MIN_BATCHES = 5
+# ... unless the loop is slow (steps of seconds, big models): 2 batches covering this much loop time
+# (wait + step) are judged too, or such a loop would never leave insufficient_data.
+MIN_BATCHES_SLOW = 2
+SLOW_WINDOW_MIN_MS = 2000.0
+
+# The loop is input-bound at a wait fraction (waiting / wall time) >= 10 %. PyTorch's profiler
+# plugin flagged loading above 5 % of *step* time; 10 % of wall time leaves room for the ordinary
+# sub-millisecond cost of next() (unpickling, fd passing) that no setting removes.
+WAIT_FRACTION_INPUT_BOUND = 0.10
+# ... and goes back to compute-bound only below 7 %: a margin against flicker near 10 %.
+WAIT_FRACTION_COMPUTE_BOUND = 0.07
+
+# A GPU busy less than this while the loader keeps up: the step itself leaves it idle.
+GPU_UNDERUSED_PERCENT = 70.0
+
+# Batches already fetched and ready in >= 50 % of the samples taken while the loop was blocked in
+# next(): the workers are ahead, the main process (receive, unpickle, collate, pin) is the limit.
+READY_WHEN_WAITING_MAIN_BOUND = 0.5
+READY_WHEN_WAITING_LEAVE = 0.4  # margin: leave main_process_bound only below this
+
+# The machine's CPU (or our workers' share of the cores available to us) is busy >= 90 %: every
+# core is in use and one more worker only time-slices with the others.
+CPU_SATURATED_PERCENT = 90.0
+CPU_SATURATED_LEAVE_PERCENT = 85.0  # margin: leave cpu_saturated only below this
+# load_avg_1m >= this x cores_available counts as saturated only when cpu_percent is unknown (first
+# sample): Linux's load counts tasks blocked on disk (D state) and, in a container, the whole host,
+# and it lags a minute, so it is weaker evidence than a CPU percentage.
+LOAD_SATURATED_PER_CORE = 1.0
+
+# Workers busy on CPU less than half of the time they spend producing a batch mostly wait on
+# storage, network, sleep or locks: I/O-bound; at or above it they compute.
+IO_CPU_FRACTION = 0.5
+IO_CPU_FRACTION_MARGIN = 0.05  # the shown side holds until the fraction is 0.05 past the boundary
+# iowait at or above this backs an I/O verdict (and decides it when worker CPU figures are missing).
+IOWAIT_HIGH_PERCENT = 10.0
+# Disk reads at or above this are worth naming in the evidence.
+DISK_READ_NOTABLE_BYTES_PER_S = 1024.0 * 1024.0
+
+# Workers that wait on I/O are not capped by cores, but each one costs memory and start-up time.
+IO_WORKERS_PER_CORE_MAX = 4
+# The main process needs a core of its own: CPU-bound workers are capped at cores_available - 1.
+MAIN_PROCESS_CORES = 1
+# A step shorter than this is "no step at all" (a loop that only iterates the loader): a worker
+# count from fetch / step would be meaningless, so advice goes to the cap.
+STEP_MS_NEGLIGIBLE = 0.05
+# Many small batches: each costs ~0.5-0.8 ms to receive in the main process (FIELD-NOTES), so from
+# 200 batches/s on that overhead alone is >= 10 % of wall time.
+TINY_BATCHES_PER_S = 200.0
+
+# Memory: available below 5 % of total (cgroup-aware figures) leaves the kernel reclaiming pages
+# and the OOM killer one allocation away.
+MEM_AVAILABLE_MIN_FRACTION = 0.05
+MEM_AVAILABLE_LEAVE_FRACTION = 0.07  # margin: leave memory_pressure only above this
+# Swapping: >= 1 MiB/s (256 pages/s) read back from swap means the working set does not fit.
+SWAP_RATE_MIN_BYTES_PER_S = 1024.0 * 1024.0
+# Swap-*out* alone counts only when available memory is also below this: with plenty available the
+# kernel pushes cold pages out to make room for page cache (e.g. while a dataset is read), harmless.
+MEM_AVAILABLE_SWAP_OUT_FRACTION = 0.10
+
+# A loop blocked in next() for >= max(STALL_MIN_MS, STALL_FACTOR x recent p99 wait) is stalled.
+# 5 s is above the per-epoch worker start-up of spawn without persistent workers (1.5-3.5 s on the
+# reference machine), so a new epoch is not a stall; 10x p99 leaves room for a slow but live tail.
+STALL_MIN_MS = 5000.0
+STALL_FACTOR = 10.0
+# Before the first batch ever (batches_total == 0) there is no history: worker start-up, dataset
+# init and (spawn) re-importing torch in every worker take seconds; give it this long.
+STALL_NO_HISTORY_MS = 30000.0
+
+# VerdictStabilizer: a new (non-urgent) category must be seen in this many consecutive updates ...
+STABLE_UPDATES = 3
+# ... or over this many seconds (at least two consecutive updates) before it is shown.
+STABLE_SECONDS = 5.0
+
+_GIB = 1024.0**3
+_MIB = 1024.0**2
+_KIB = 1024.0
+
+
+# ---------------------------------------------------------------------------------------------
+# Public API
+# ---------------------------------------------------------------------------------------------
+
+def diagnose(source: Mapping[str, Any] | None, system: Mapping[str, Any] | None,
+             previous: str | None = None) -> dict:
+    """The verdict for one source: {"category", "summary", "evidence", "advice"}.
+
+    ``source`` is a CONTRACT §3 ``sources[]`` entry plus ``blocked_ms``, ``queue.ready_when_waiting``
+    and ``loop``; ``system`` the §3 ``system`` dict (plus ``cores_available``, ``cgroup``) or None.
+    ``previous`` is the category shown now (e.g. ``VerdictStabilizer.shown_category``): it moves
+    each threshold to its "leave" value so that a figure hovering at a boundary keeps the verdict.
+    """
+    facts = _Facts.read(source, system)
+
+    stall = _stall_verdict(facts)
+    memory = _memory_findings(facts.system, previous)
+    if stall is not None:
+        if memory is not None:
+            stall["evidence"] += memory.evidence
+            stall["advice"] += _memory_advice(facts, memory)
+        return stall
+    if memory is not None:
+        return _verdict(MEMORY_PRESSURE, memory.summary, memory.evidence + _worker_rss_evidence(facts),
+                        _memory_advice(facts, memory))
+
+    early = _idle_or_insufficient(facts)
+    if early is not None:
+        return early
+
+    wait_fraction = facts.wait_fraction
+    threshold = (WAIT_FRACTION_COMPUTE_BOUND if previous in INPUT_BOUND_CATEGORIES
+                 else WAIT_FRACTION_INPUT_BOUND)
+    if wait_fraction < threshold:
+        return _compute_bound_verdict(facts, threshold)
+    return _input_bound_verdict(facts, threshold, previous)
+
+
+def overall(verdicts: Sequence[tuple[str, Mapping[str, Any]]] | None,
+            system: Mapping[str, Any] | None) -> dict:
+    """The top-level diagnosis: the most urgent source verdict (see OVERALL_RANK) plus "source".
+
+    Ties keep the order of ``verdicts``. With no sources it is about the machine: memory_pressure
+    when memory is short, else idle, with "source": None.
+    """
+    best: tuple[int, int, str, Mapping[str, Any]] | None = None
+    for position, item in enumerate(verdicts or ()):
+        try:
+            source_id, verdict = item
+        except (TypeError, ValueError):
+            continue
+        if not isinstance(verdict, Mapping):
+            continue
+        category = verdict.get("category")
+        rank = OVERALL_RANK.index(category) if category in OVERALL_RANK else len(OVERALL_RANK)
+        if best is None or (rank, position) < best[:2]:
+            best = (rank, position, source_id, verdict)
+    if best is not None:
+        verdict = best[3]
+        return {
+            "category": verdict.get("category"),
+            "source": best[2],
+            "summary": verdict.get("summary", ""),
+            "evidence": list(verdict.get("evidence") or []),
+            "advice": list(verdict.get("advice") or []),
+        }
+    memory = _memory_findings(_dict(system), None)
+    if memory is not None:
+        result = _verdict(MEMORY_PRESSURE, memory.summary, memory.evidence,
+                          ["find the processes using the memory (top -o %MEM) and free it before "
+                           "starting training"])
+    else:
+        result = _verdict(IDLE, "no instrumented DataLoader found", ["no sources"], [])
+    result["source"] = None
+    return result
+
+
+def stall_threshold_ms(source: Mapping[str, Any] | None) -> float:
+    """How long the loop may be blocked in next() before the source counts as stalled."""
+    src = _dict(source)
+    p99 = _stat(src.get("wait_ms"), "p99")
+    if p99 is None and _num(src.get("batches_total")) == 0:
+        return STALL_NO_HISTORY_MS
+    return max(STALL_MIN_MS, STALL_FACTOR * (p99 or 0.0))
+
+
+class VerdictStabilizer:
+    """Hysteresis over time: keeps the shown category until a new one has persisted.
+
+    ``update`` returns the verdict to show. A verdict of the shown category replaces it at once (its
+    figures refresh every update); an urgent one (stalled, memory_pressure) shows at once; any other
+    new category shows after ``updates`` consecutive updates, or once it has lasted ``seconds``
+    over at least two consecutive updates. While a change is pending, the last verdict of the
+    shown category stays (its figures are those of its last update).
+    """
+
+    def __init__(self, updates: int = STABLE_UPDATES, seconds: float = STABLE_SECONDS) -> None:
+        self.updates = max(1, int(updates))
+        self.seconds = float(seconds)
+        self._states: dict[str, _StabilizerState] = {}
+
+    def update(self, source_id: str, verdict: Mapping[str, Any], now: float) -> dict:
+        category = verdict.get("category") if isinstance(verdict, Mapping) else None
+        state = self._states.get(source_id)
+        if state is None or category == state.shown.get("category") or category in URGENT_CATEGORIES:
+            self._states[source_id] = _StabilizerState(shown=dict(verdict or {}))
+            return self._states[source_id].shown
+        if category == state.pending_category:
+            state.pending_count += 1
+        else:
+            state.pending_category, state.pending_count, state.pending_since = category, 1, now
+        lasted = now - state.pending_since
+        if state.pending_count >= self.updates or (state.pending_count >= 2 and lasted >= self.seconds):
+            self._states[source_id] = _StabilizerState(shown=dict(verdict))
+        return self._states[source_id].shown
+
+    def shown_category(self, source_id: str) -> str | None:
+        """The category shown now for this source (pass it to `diagnose` as ``previous``)."""
+        state = self._states.get(source_id)
+        return state.shown.get("category") if state is not None else None
+
+    def forget(self, source_id: str) -> None:
+        """Drop a source that is gone for good."""
+        self._states.pop(source_id, None)
+
+
+# ---------------------------------------------------------------------------------------------
+# Reading the figures (tolerant: anything of the wrong type is None)
+# ---------------------------------------------------------------------------------------------
+
+@dataclass
+class _StabilizerState:
+    shown: dict
+    pending_category: str | None = None
+    pending_count: int = 0
+    pending_since: float = 0.0
+
+
+def _num(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    value = float(value)
+    return value if math.isfinite(value) else None
+
+
+def _dict(value: Any) -> Mapping[str, Any]:
+    return value if isinstance(value, Mapping) else {}
+
+
+def _list(value: Any) -> list:
+    return list(value) if isinstance(value, (list, tuple)) else []
+
+
+def _stat(stats: Any, key: str = "p50") -> float | None:
+    """One figure of a {mean, p50, p95, p99, max} dict; the mean stands in for a missing one."""
+    stats = _dict(stats)
+    value = _num(stats.get(key))
+    return value if value is not None else _num(stats.get("mean"))
+
+
+def _weighted_mean(pairs: list[tuple[float, float | None]]) -> float | None:
+    """Mean of (value, weight) pairs, weighted by batches when every weight is known and > 0."""
+    if not pairs:
+        return None
+    weights = [w for _, w in pairs]
+    if all(w is not None and w > 0 for w in weights):
+        return sum(v * w for v, w in pairs) / sum(weights)  # type: ignore[operator]
+    return sum(v for v, _ in pairs) / len(pairs)
+
+
+@dataclass
+class _Facts:
+    """The figures the rules use, read once from the two dicts."""
+
+    source: Mapping[str, Any]
+    system: Mapping[str, Any]
+    num_workers: int | None
+    workers: list[Mapping[str, Any]]
+    batches: float | None
+    wait_fraction: float  # NaN when unknown (checked before any comparison)
+    step_ms: float | None
+    cores: float | None
+    cpu_count: float | None
+
+    @classmethod
+    def read(cls, source: Any, system: Any) -> _Facts:
+        src, sysd = _dict(source), _dict(system)
+        config = _dict(src.get("config"))
+        workers = [w for w in _list(src.get("workers")) if isinstance(w, Mapping)]
+        num_workers = _num(config.get("num_workers"))
+        wait_fraction = _num(src.get("wait_fraction"))
+        if wait_fraction is None:
+            wait, step = _stat(src.get("wait_ms"), "mean"), _stat(src.get("step_ms"), "mean")
+            if wait is not None and step is not None and wait + step > 0:
+                wait_fraction = wait / (wait + step)
+        cpu_count = _num(sysd.get("cpu_count"))
+        cores = _num(sysd.get("cores_available"))
+        if cores is None or cores <= 0:
+            cores = cpu_count if cpu_count and cpu_count > 0 else None
+        return cls(
+            source=src, system=sysd,
+            num_workers=int(num_workers) if num_workers is not None and num_workers >= 0 else None,
+            workers=workers, batches=_num(src.get("batches")),
+            wait_fraction=wait_fraction if wait_fraction is not None else math.nan,
+            step_ms=_stat(src.get("step_ms")), cores=cores, cpu_count=cpu_count,
+        )
+
+    @property
+    def uses_workers(self) -> bool:
+        if self.num_workers is not None:
+            return self.num_workers > 0
+        return bool(self.workers)
+
+    @property
+    def worker_count(self) -> int:
+        return self.num_workers if self.num_workers is not None else len(self.workers)
+
+    @property
+    def active(self) -> bool:
+        """The loop is still iterating (so a worker exiting is not a normal shutdown)."""
+        return self.source.get("state") not in ("idle", "finished", "gone")
+
+    def fetch_ms(self, key: str = "p50") -> float | None:
+        """Time to produce one batch: the workers' (weighted by batches), or the main process'."""
+        if not self.uses_workers:
+            return _stat(_dict(self.source.get("loop")).get("fetch_ms"), key)
+        pairs = [(v, _num(w.get("batches"))) for w in self.workers
+                 if (v := _stat(w.get("fetch_ms"), key)) is not None]
+        return _weighted_mean(pairs)
+
+    def cpu_fraction(self) -> tuple[float | None, str]:
+        """(CPU time / wall time while producing batches, where the figure comes from)."""
+        if not self.uses_workers:
+            value = _num(_dict(self.source.get("loop")).get("cpu_fraction"))
+            return value, "main process fetch cpu_fraction"
+        pairs = [(v, _num(w.get("batches"))) for w in self.workers
+                 if (v := _num(w.get("cpu_fraction"))) is not None]
+        if pairs:
+            return _weighted_mean(pairs), "worker cpu_fraction"
+        # Fallback: the workers' process CPU (100 = one core). While the loop waits for data the
+        # workers are producing all the time, so this approximates the same fraction.
+        percents = [v for w in self.workers if (v := _num(w.get("cpu_percent"))) is not None]
+        if percents:
+            return min(1.0, sum(percents) / len(percents) / 100.0), "worker process CPU"
+        return None, ""
+
+    def worker_cores_busy(self) -> float | None:
+        percents = [v for w in self.workers if (v := _num(w.get("cpu_percent"))) is not None]
+        return sum(percents) / 100.0 if percents else None
+
+
+# ---------------------------------------------------------------------------------------------
+# Formatting (human-readable figures in evidence and advice)
+# ---------------------------------------------------------------------------------------------
+
+def _fmt(value: float) -> str:
+    if abs(value) >= 10:
+        return f"{value:.0f}"
+    text = f"{value:.1f}"
+    return text[:-2] if text.endswith(".0") else text
+
+
+def _pct(fraction: float) -> str:
+    return f"{_fmt(fraction * 100.0)} %"
+
+
+def _pct_value(percent: float) -> str:
+    return f"{_fmt(percent)} %"
+
+
+def _ms(value: float) -> str:
+    if value >= 1000:
+        return f"{value / 1000:.1f} s"
+    if value >= 10:
+        return f"{value:.0f} ms"
+    if value >= 1:
+        return f"{value:.1f} ms"
+    return f"{value:.2f} ms"
+
+
+def _bytes(value: float) -> str:
+    for unit, size in (("GiB", _GIB), ("MiB", _MIB), ("KiB", _KIB)):
+        if value >= size:
+            return f"{_fmt(value / size)} {unit}"
+    return f"{value:.0f} B"
+
+
+def _cores(value: float) -> str:
+    return f"{_fmt(value)} core" + ("" if value == 1 else "s")
+
+
+def _verdict(category: str, summary: str, evidence: list[str], advice: list[str]) -> dict:
+    return {"category": category, "summary": summary, "evidence": evidence, "advice": advice}
+
+
+# ---------------------------------------------------------------------------------------------
+# stalled
+# ---------------------------------------------------------------------------------------------
+
+def _signal_name(number: int) -> str:
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return f"signal {number}"
+
+
+def _describe_exit(exitcode: float | None) -> str:
+    if exitcode is None:
+        return "exit status unknown"
+    code = int(exitcode)
+    if code < 0:
+        name = _signal_name(-code)
+        return f"killed by {name} (signal {-code})" if name.startswith("SIG") else f"killed by {name}"
+    return f"exited with code {code}"
+
+
+def _exit_advice(exitcode: float | None, pid: Any) -> list[str]:
+    code = int(exitcode) if exitcode is not None else None
+    advice = []
+    if code == -getattr(signal, "SIGKILL", 9):
+        advice.append("SIGKILL is most often the kernel's OOM killer: check "
+                      "`dmesg -T | grep -i -E 'out of memory|killed process'` (or the container's "
+                      "OOM events); then fewer workers or a smaller prefetch_factor / batch_size")
+    elif code == -getattr(signal, "SIGBUS", 7):
+        advice.append("SIGBUS in a worker usually means /dev/shm is full (pytorch#5040): check "
+                      "`df -h /dev/shm`; enlarge it (docker run --shm-size=8g) or use fewer workers")
+    elif code is not None and code in (-getattr(signal, "SIGSEGV", 11), -getattr(signal, "SIGABRT", 6)):
+        advice.append("a native crash in the worker: often OpenMP/OpenCV state inherited across fork "
+                      "(pytorch#1355); try multiprocessing_context='spawn' or cv2.setNumThreads(0)")
+    elif code is not None and code > 0:
+        advice.append(f"the worker exited with code {code}: look for its traceback on the training "
+                      "process's stderr")
+    advice.append("torch's own message for the dead worker is on the training process's stderr "
+                  f"(\"DataLoader worker (pid {pid if pid is not None else '?'}) ...\")")
+    return advice
+
+
+def _stall_verdict(facts: _Facts) -> dict | None:
+    src = facts.source
+    dead = []
+    if facts.active:
+        for position, worker in enumerate(facts.workers):
+            exitcode = _num(worker.get("exitcode"))
+            if worker.get("alive") is False and exitcode != 0:
+                worker_id = worker.get("id")
+                dead.append((position if worker_id is None else worker_id, worker.get("pid"), exitcode))
+    if dead:
+        evidence, advice = [], []
+        for worker_id, pid, exitcode in dead:
+            evidence.append(f"worker {worker_id} (pid {pid if pid is not None else '?'}) "
+                            f"{_describe_exit(exitcode)}")
+            advice.extend(a for a in _exit_advice(exitcode, pid) if a not in advice)
+        first_id, first_pid, first_code = dead[0]
+        summary = f"worker {first_id} died: {_describe_exit(first_code)}"
+        if first_code is not None and int(first_code) == -getattr(signal, "SIGKILL", 9):
+            summary += ", likely the OOM killer"
+        if len(dead) > 1:
+            summary += f"; {len(dead)} workers dead"
+        return _verdict(STALLED, summary, evidence, advice)
+
+    blocked = _num(src.get("blocked_ms"))
+    if blocked is None:
+        return None
+    threshold = stall_threshold_ms(src)
+    if blocked < threshold:
+        return None
+    p99 = _stat(src.get("wait_ms"), "p99")
+    evidence = [f"blocked in next() for {_ms(blocked)} (threshold {_ms(threshold)})"]
+    if p99 is not None:
+        evidence.append(f"recent wait p99 {_ms(p99)}")
+    queue = _dict(src.get("queue"))
+    ready, in_flight = _num(queue.get("ready")), _num(queue.get("in_flight"))
+    if ready is not None or in_flight is not None:
+        evidence.append(f"queue: {_fmt(ready) if ready is not None else '?'} ready, "
+                        f"{_fmt(in_flight) if in_flight is not None else '?'} in flight")
+    advice = []
+    worker_pids = [w.get("pid") for w in facts.workers if w.get("pid") is not None]
+    if ready is not None and ready > 0:
+        advice.append("batches are ready yet next() does not return: the main process is stuck "
+                      "(receive, collate or pin_memory thread)")
+    if worker_pids:
+        others = " ".join(str(pid) for pid in worker_pids[1:4])
+        others += f" and {len(worker_pids) - 4} more" if len(worker_pids) > 4 else ""
+        advice.append(f"see where the workers hang: py-spy dump --pid {worker_pids[0]}"
+                      + (f" (likewise {others})" if others else ""))
+        advice.append("workers all idle with work outstanding suggest a deadlock after fork "
+                      "(OpenMP/OpenCV threads, pytorch#1355): try multiprocessing_context='spawn'")
+    if src.get("pid") is not None:
+        advice.append(f"see where the loop waits: py-spy dump --pid {src.get('pid')}")
+    if not advice:
+        advice.append("see where the process hangs: py-spy dump --pid PID")
+    advice.append("pass timeout=SECONDS to the DataLoader to turn a hang into an error")
+    summary = f"the loop has been blocked in next() for {_ms(blocked)}"
+    summary += f" (recent p99 {_ms(p99)})" if p99 is not None else ""
+    return _verdict(STALLED, summary, evidence, advice)
+
+
+# ---------------------------------------------------------------------------------------------
+# memory_pressure
+# ---------------------------------------------------------------------------------------------
+
+@dataclass
+class _MemoryFindings:
+    summary: str
+    evidence: list[str]
+
+
+def _memory_findings(system: Mapping[str, Any], previous: str | None) -> _MemoryFindings | None:
+    total = _num(system.get("mem_total_bytes"))
+    available = _num(system.get("mem_available_bytes"))
+    swap_in = _num(system.get("swap_in_bytes_per_s"))
+    swap_out = _num(system.get("swap_out_bytes_per_s"))
+    fraction = available / total if total and total > 0 and available is not None else None
+    threshold = (MEM_AVAILABLE_LEAVE_FRACTION if previous == MEMORY_PRESSURE
+                 else MEM_AVAILABLE_MIN_FRACTION)
+
+    low = fraction is not None and fraction < threshold
+    swapping_in = swap_in is not None and swap_in >= SWAP_RATE_MIN_BYTES_PER_S
+    swapping_out = (swap_out is not None and swap_out >= SWAP_RATE_MIN_BYTES_PER_S
+                    and fraction is not None and fraction < MEM_AVAILABLE_SWAP_OUT_FRACTION)
+    if not (low or swapping_in or swapping_out):
+        return None
+    evidence = []
+    if fraction is not None:
+        evidence.append(f"memory available {_pct(fraction)} ({_bytes(available)} of {_bytes(total)}; "
+                        f"threshold {_pct(threshold)})")
+    if swap_in is not None and (swapping_in or swapping_out):
+        evidence.append(f"swap in {_bytes(swap_in)}/s (threshold {_bytes(SWAP_RATE_MIN_BYTES_PER_S)}/s)")
+    if swap_out and (swapping_in or swapping_out):
+        evidence.append(f"swap out {_bytes(swap_out)}/s")
+    if low:
+        summary = f"memory nearly exhausted: {_pct(fraction)} available ({_bytes(available)})"
+        if swapping_in or swapping_out:
+            summary += " and swapping"
+    else:
+        rate = max(swap_in or 0.0, swap_out or 0.0)
+        summary = f"the machine is swapping ({_bytes(rate)}/s)"
+    return _MemoryFindings(summary, evidence)
+
+
+def _worker_rss_evidence(facts: _Facts) -> list[str]:
+    rss = [v for w in facts.workers if (v := _num(w.get("rss_bytes"))) is not None]
+    if not rss:
+        return []
+    total = sum(rss)
+    count = len(rss)
+    text = f"{count} workers use {_bytes(total)} RSS" if count != 1 else f"1 worker uses {_bytes(total)} RSS"
+    if count > 1:
+        text += f" ({_bytes(total / count)} each; shared pages count once per worker)"
+    return [text]
+
+
+def _memory_advice(facts: _Facts, memory: _MemoryFindings) -> list[str]:
+    config = _dict(facts.source.get("config"))
+    advice = []
+    workers = facts.worker_count
+    if workers >= 2:
+        rss = [v for w in facts.workers if (v := _num(w.get("rss_bytes"))) is not None]
+        each = f" (each holds ~{_bytes(sum(rss) / len(rss))} RSS)" if rss else ""
+        advice.append(f"fewer workers: try num_workers={max(1, workers // 2)}{each}")
+    prefetch = _num(config.get("prefetch_factor"))
+    if facts.uses_workers and prefetch is not None and prefetch > 1:
+        advice.append(f"fewer batches in flight: try prefetch_factor=1 (now {_fmt(prefetch)}: "
+                      f"{_fmt(prefetch * max(workers, 1))} batches held at once)")
+    batch_size = _num(config.get("batch_size"))
+    if batch_size is not None and batch_size >= 2:
+        advice.append(f"smaller batches: try batch_size={int(batch_size) // 2}")
+    if facts.uses_workers:
+        advice.append("if worker memory grows over time, it is copy-on-read of Python objects "
+                      "(pytorch#13246): keep the dataset in numpy arrays or tensors, not lists/dicts")
+    if not advice:
+        advice.append("find the processes using the memory (top -o %MEM)")
+    return advice
+
+
+# ---------------------------------------------------------------------------------------------
+# idle, insufficient_data
+# ---------------------------------------------------------------------------------------------
+
+def _idle_or_insufficient(facts: _Facts) -> dict | None:
+    src = facts.source
+    batches = facts.batches
+    blocked = _num(src.get("blocked_ms"))
+    state = src.get("state")
+    if not batches and (blocked is None or state in ("idle", "finished", "gone")):
+        if batches is None and state not in ("idle", "finished", "gone"):
+            return _verdict(INSUFFICIENT_DATA, "the batch count is unknown",
+                            ["batches in the window unknown"], ["wait for the next refresh"])
+        why = {"finished": "the loop has finished", "gone": "the process is gone"}.get(
+            state, "the loop is not iterating")
+        return _verdict(IDLE, f"no batches in the window: {why}", ["0 batches in the window"], [])
+    if not batches:
+        return _verdict(INSUFFICIENT_DATA, f"waiting for a batch for {_ms(blocked)}",
+                        ["0 batches in the window", f"blocked in next() for {_ms(blocked)} "
+                         f"(stall threshold {_ms(stall_threshold_ms(src))})"],
+                        ["wait: workers may still be starting"])
+    covered = None
+    wait_mean, step_mean = _stat(src.get("wait_ms"), "mean"), _stat(src.get("step_ms"), "mean")
+    if wait_mean is not None and step_mean is not None:
+        covered = batches * (wait_mean + step_mean)
+    slow_enough = (batches >= MIN_BATCHES_SLOW and covered is not None
+                   and covered >= SLOW_WINDOW_MIN_MS)
+    if batches < MIN_BATCHES and not slow_enough:
+        return _verdict(INSUFFICIENT_DATA,
+                        f"{_fmt(batches)} batches in the window: too few to judge",
+                        [f"{_fmt(batches)} batches (need {MIN_BATCHES})"], ["wait for more batches"])
+    if math.isnan(facts.wait_fraction):
+        return _verdict(INSUFFICIENT_DATA, "the wait fraction is unknown",
+                        [f"{_fmt(batches)} batches, wait fraction unknown"],
+                        ["wait for the next refresh"])
+    return None
+
+
+# ---------------------------------------------------------------------------------------------
+# compute_bound
+# ---------------------------------------------------------------------------------------------
+
+def _source_gpus(facts: _Facts) -> list[Mapping[str, Any]]:
+    """The GPUs this source's process uses (by pid); the only GPU when there is exactly one."""
+    if facts.system.get("gpu_status") != "ok":
+        return []
+    gpus = [g for g in _list(facts.system.get("gpus")) if isinstance(g, Mapping)]
+    pid = facts.source.get("pid")
+    mine = [g for g in gpus if pid is not None
+            and any(_dict(p).get("pid") == pid for p in _list(g.get("processes")))]
+    if mine:
+        return mine
+    return gpus if len(gpus) == 1 else []
+
+
+def _compute_bound_verdict(facts: _Facts, threshold: float) -> dict:
+    wait_fraction = facts.wait_fraction
+    evidence = [f"wait fraction {_pct(wait_fraction)} (threshold {_pct(threshold)})"]
+    queue = _dict(facts.source.get("queue"))
+    ready_mean, capacity = _num(queue.get("ready_mean")), _num(queue.get("capacity"))
+    if ready_mean is not None and capacity:
+        evidence.append(f"queue {_fmt(ready_mean)} of {_fmt(capacity)} batches ready on average")
+    if facts.step_ms is not None:
+        evidence.append(f"step p50 {_ms(facts.step_ms)}")
+    summary = f"the loader keeps up (the loop waits {_pct(wait_fraction)}): the training step is the limit"
+    advice = ["nothing to fix in loading"]
+    idle_gpus = []
+    for gpu in _source_gpus(facts):
+        util = _num(gpu.get("util_percent"))
+        if util is not None:
+            evidence.append(f"GPU {gpu.get('index', '?')} util {_pct_value(util)} "
+                            f"(threshold {_pct_value(GPU_UNDERUSED_PERCENT)})")
+            if util < GPU_UNDERUSED_PERCENT:
+                idle_gpus.append(gpu.get("index", "?"))
+    if idle_gpus:
+        summary = (f"the loader keeps up, but the step itself leaves GPU "
+                   f"{', '.join(str(i) for i in idle_gpus)} idle")
+        advice = ["nothing to fix in loading: the step itself leaves the GPU idle; profile it "
+                  "(torch.profiler): host-side Python, .item()/.cpu() syncs, many small kernels",
+                  "try a larger batch_size, mixed precision (torch.autocast) or torch.compile"]
+    return _verdict(COMPUTE_BOUND, summary, evidence, advice)
+
+
+# ---------------------------------------------------------------------------------------------
+# the loop waits: main_process_bound, cpu_saturated, input_bound_io, input_bound_cpu
+# ---------------------------------------------------------------------------------------------
+
+def _input_bound_verdict(facts: _Facts, threshold: float, previous: str | None) -> dict:
+    src, sysd = facts.source, facts.system
+    wait_line = f"wait fraction {_pct(facts.wait_fraction)} (threshold {_pct(threshold)})"
+    waits = f"the loop waits {_pct(facts.wait_fraction)} of the time"
+    gpu_lines = [f"GPU {g.get('index', '?')} util {_pct_value(u)} (starved)"
+                 for g in _source_gpus(facts) if (u := _num(g.get("util_percent"))) is not None]
+
+    # main_process_bound: batches were ready while the loop still waited.
+    queue = _dict(src.get("queue"))
+    ready_when_waiting = _num(queue.get("ready_when_waiting"))
+    ready_threshold = (READY_WHEN_WAITING_LEAVE if previous == MAIN_PROCESS_BOUND
+                       else READY_WHEN_WAITING_MAIN_BOUND)
+    saturation = _cpu_saturation(facts, previous)
+    if facts.uses_workers and ready_when_waiting is not None and ready_when_waiting >= ready_threshold:
+        evidence = [wait_line, f"a batch was ready in {_pct(ready_when_waiting)} of the samples while "
+                    f"the loop waited (threshold {_pct(ready_threshold)})"]
+        advice = _main_process_advice(facts)
+        if saturation is not None:
+            evidence += saturation[0]
+            advice.append("the CPU is saturated too: the workers compete with the main process; "
+                          + _fewer_workers_text(facts))
+        return _verdict(MAIN_PROCESS_BOUND,
+                        f"{waits} although batches are ready: the main process is the limit",
+                        evidence + gpu_lines, advice)
+
+    if saturation is not None:
+        evidence, busy_text = saturation
+        return _verdict(CPU_SATURATED, f"{waits} for data and every core is busy ({busy_text})",
+                        [wait_line] + evidence + gpu_lines, _cpu_saturated_advice(facts))
+
+    fraction, origin = facts.cpu_fraction()
+    iowait = _num(sysd.get("iowait_percent"))
+    disk_read = _num(sysd.get("disk_read_bytes_per_s"))
+    io_lines = []
+    if iowait is not None and iowait >= IOWAIT_HIGH_PERCENT:
+        io_lines.append(f"iowait {_pct_value(iowait)} (threshold {_pct_value(IOWAIT_HIGH_PERCENT)})")
+    if disk_read is not None and disk_read >= DISK_READ_NOTABLE_BYTES_PER_S:
+        io_lines.append(f"disk reads {_bytes(disk_read)}/s")
+
+    if fraction is not None:
+        boundary = IO_CPU_FRACTION
+        if previous == INPUT_BOUND_IO:
+            boundary += IO_CPU_FRACTION_MARGIN
+        elif previous == INPUT_BOUND_CPU:
+            boundary -= IO_CPU_FRACTION_MARGIN
+        fraction_line = f"{origin} {fraction:.2f} (I/O-bound below {boundary:.2f})"
+        io_bound = fraction < boundary
+    else:
+        # No CPU figure for the fetching side: iowait decides; without it the CPU case is assumed
+        # (its advice, more workers, also helps I/O) and the evidence says the figure is missing.
+        fraction_line = "worker cpu_fraction unknown: judged by iowait"
+        io_bound = iowait is not None and iowait >= IOWAIT_HIGH_PERCENT
+        if not io_bound and iowait is None:
+            fraction_line = "worker cpu_fraction and iowait unknown: CPU-bound assumed"
+
+    who = "the workers" if facts.uses_workers else "the main process, fetching itself,"
+    if io_bound:
+        return _verdict(INPUT_BOUND_IO,
+                        f"{waits} for data; {who} wait{'s' if not facts.uses_workers else ''} "
+                        "on storage or network",
+                        [wait_line, fraction_line] + io_lines + gpu_lines, _io_advice(facts))
+    evidence = [wait_line, fraction_line]
+    busy = _num(sysd.get("cpu_percent"))
+    if busy is not None:
+        cores_text = f" ({_cores(facts.cores)} available)" if facts.cores else ""
+        evidence.append(f"CPU {_pct_value(busy)} busy{cores_text}")
+    computes = "the workers compute" if facts.uses_workers else "the main process fetches itself"
+    return _verdict(INPUT_BOUND_CPU, f"{waits} for data; {computes} and CPU is left",
+                    evidence + io_lines + gpu_lines, _cpu_advice(facts))
+
+
+def _cpu_saturation(facts: _Facts, previous: str | None) -> tuple[list[str], str] | None:
+    """(evidence, short "busy" text) when every core available to us is busy, else None."""
+    sysd = facts.system
+    threshold = CPU_SATURATED_LEAVE_PERCENT if previous == CPU_SATURATED else CPU_SATURATED_PERCENT
+    busy = _num(sysd.get("cpu_percent"))
+    cores = facts.cores
+    worker_cores = facts.worker_cores_busy()
+    load = _num(sysd.get("load_avg_1m"))
+    evidence: list[str] = []
+    text = ""
+    if busy is not None and busy >= threshold:
+        evidence.append(f"CPU {_pct_value(busy)} (threshold {_pct_value(threshold)})")
+        text = f"CPU {_pct_value(busy)}"
+    # Under a cgroup quota the machine may be idle while our share is full: compare our own
+    # workers' CPU with the cores available to us.
+    if cores and worker_cores is not None and worker_cores * 100.0 >= threshold * cores:
+        evidence.append(f"workers use {_fmt(worker_cores)} of {_cores(cores)} available "
+                        f"(threshold {_pct_value(threshold)})")
+        text = text or f"workers use {_fmt(worker_cores)} of {_cores(cores)}"
+    if busy is None and not evidence and cores and load is not None \
+            and load >= LOAD_SATURATED_PER_CORE * cores:
+        fraction, _ = facts.cpu_fraction()
+        if fraction is None or fraction >= IO_CPU_FRACTION:  # off-CPU workers inflate load (D state)
+            evidence.append(f"load {load:.1f} on {_cores(cores)} available (CPU % not yet known)")
+            text = f"load {load:.1f}"
+    if not evidence:
+        return None
+    if facts.cpu_count and cores and cores < facts.cpu_count:
+        evidence.append(f"cgroup allows {_cores(cores)} of the machine's {_cores(facts.cpu_count)}")
+    if load is not None and not text.startswith("load"):
+        evidence.append(f"load {load:.1f}")
+    if busy is not None and worker_cores is not None and facts.cpu_count:
+        busy_cores = busy / 100.0 * facts.cpu_count
+        if busy_cores > 0 and worker_cores < 0.5 * busy_cores:
+            evidence.append(f"workers use {_cores(worker_cores)} of {_cores(busy_cores)} busy: "
+                            "other processes take most of the CPU")
+    return evidence, text
+
+
+def _fewer_workers_text(facts: _Facts) -> str:
+    workers = facts.worker_count
+    if facts.cores is not None and workers > facts.cores:
+        target = max(1, math.floor(facts.cores) - MAIN_PROCESS_CORES)
+        return (f"num_workers={workers} exceeds the {_cores(facts.cores)} available: "
+                f"try num_workers={target}")
+    return "more workers will not help"
+
+
+def _cpu_saturated_advice(facts: _Facts) -> list[str]:
+    advice = [_fewer_workers_text(facts)]
+    if advice[0] != "more workers will not help":
+        advice.append("more workers will not help")
+    advice += ["make per-sample transforms cheaper (decode at a lower resolution, fewer "
+               "augmentations, vectorised ops)",
+               "move augmentation to the GPU (e.g. torchvision.transforms.v2 on CUDA tensors, DALI)",
+               "pre-process offline: store decoded, resized samples"]
+    return advice
+
+
+def _main_process_advice(facts: _Facts) -> list[str]:
+    config = _dict(facts.source.get("config"))
+    advice = ["more workers will not help: the main process receives, unpickles and collates "
+              "every batch",
+              "return fewer, larger tensors per batch (one stacked tensor instead of lists or dicts "
+              "of many small ones): each tensor crosses processes with its own shared-memory handle",
+              "make collate_fn cheaper: stack in the workers, avoid Python-object batches"]
+    if config.get("pin_memory") is True:
+        advice.append("pin_memory=True copies every batch in a thread of the main process: compare "
+                      "with pin_memory=False")
+    rate = _num(facts.source.get("batches_per_s"))
+    batch_size = _num(config.get("batch_size"))
+    if rate is not None and rate >= TINY_BATCHES_PER_S:
+        target = f"try batch_size={int(batch_size) * 4}" if batch_size else "increase batch_size"
+        advice.append(f"{_fmt(rate)} batches/s each cost ~0.5 ms to receive: {target}")
+    return advice
+
+
+def _ceil(ratio: float) -> int:
+    return max(1, math.ceil(ratio - 1e-9))
+
+
+def _worker_count_advice(facts: _Facts, cap: int | None, kind: str) -> list[str]:
+    """Advice with a worker count from fetch / step, capped (cap None: cores unknown)."""
+    workers = facts.worker_count
+    fetch, fetch_tail, step = facts.fetch_ms("p50"), facts.fetch_ms("p95"), facts.step_ms
+    capped = (lambda n: min(n, cap)) if cap is not None else (lambda n: n)
+    cap_text = (f"{cap} ({'4x the ' + _cores(facts.cores) if kind == 'io' else 'the free cores'})"
+                if cap is not None else "?")
+    if kind == "io":
+        cheaper = ("cache the data (local disk, RAM, page cache) or store it in a faster format "
+                   "(fewer, larger files: WebDataset shards, LMDB, memory-mapped arrays)")
+    else:
+        cheaper = "make transforms cheaper (or move them to the GPU, or pre-process offline)"
+    advice: list[str] = []
+
+    if fetch is None or step is None:
+        target = capped(max(2 * workers, workers + 1))
+        if target > workers:
+            advice.append(f"try num_workers={target} (fetch or step time unknown: doubling)")
+        return advice
+    if step < STEP_MS_NEGLIGIBLE:
+        if cap is not None and cap > workers:
+            advice.append(f"try num_workers={cap}: the loop's own step is only {_ms(step)}, so "
+                          f"throughput grows with workers up to the cap {cap_text}")
+        else:
+            advice.append(f"the loop's own step is only {_ms(step)}: {cheaper}")
+        return advice
+
+    needed = _ceil(fetch / step)
+    basis = f"fetch {_ms(fetch)} per batch / step {_ms(step)} = {needed} workers"
+    if needed <= workers and fetch_tail is not None:
+        tail_needed = _ceil(fetch_tail / step)
+        if tail_needed > workers:
+            needed = tail_needed
+            basis = f"fetch p95 {_ms(fetch_tail)} per batch / step {_ms(step)} = {needed} workers"
+    if workers == 0:
+        target = capped(needed)
+        advice.append(f"use workers at all: try num_workers={target} (the main process fetches each "
+                      f"batch itself: {basis})")
+    elif needed > workers:
+        target = capped(needed)
+        if target > workers:
+            advice.append(f"try num_workers={target} ({basis})")
+        else:
+            advice.append(f"no free cores for more workers ({basis}, cap {cap_text})")
+    else:
+        prefetch = _num(_dict(facts.source.get("config")).get("prefetch_factor")) or 2
+        advice.append(f"{workers} workers keep up on average ({basis}): the waits come in bursts; "
+                      f"try prefetch_factor={int(prefetch) * 2}")
+    if cap is not None and needed > cap:
+        advice.append(f"even {cap} workers cannot keep up ({needed} needed): {cheaper}")
+    elif kind == "io":
+        advice.append(cheaper)
+    if cap is None:
+        advice.append("core count unknown: the worker count is not capped")
+    return advice
+
+
+def _io_advice(facts: _Facts) -> list[str]:
+    cap = (max(1, math.floor(IO_WORKERS_PER_CORE_MAX * facts.cores))
+           if facts.cores is not None else None)
+    advice = _worker_count_advice(facts, cap, "io")
+    advice.append("workers waiting on I/O are not limited by cores, but each one costs memory")
+    return advice
+
+
+def _cpu_advice(facts: _Facts) -> list[str]:
+    cap = (max(1, math.floor(facts.cores) - MAIN_PROCESS_CORES)
+           if facts.cores is not None else None)
+    return _worker_count_advice(facts, cap, "cpu")

@@ -1,0 +1,176 @@
+"""`instrument(loader)`: a transparent DataLoader wrapper whose iterator times every `next()`.
+
+The hot path (`_InstrumentedIterator.__next__`) is two clock reads, two attribute stores and one
+deque append; everything else happens on the publisher thread. Batches, order and exceptions are
+the wrapped iterator's own: we never touch the batch, and an exception is re-raised as is.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+
+from loadertop import discovery
+from loadertop.probe.publisher import get_publisher, warn_once
+from loadertop.probe.record import LOOP_CPU_SAMPLE_NS, LoaderRecord
+from loadertop.probe.worker import WorkerHook
+
+_clock = time.perf_counter_ns
+_thread_cpu = time.thread_time_ns
+
+# Set while we call the loader's own __iter__, so `loadertop run`'s class-level patch of
+# DataLoader.__iter__ can tell an already-instrumented loader and not time it twice.
+_inside = threading.local()
+
+
+class _InstrumentedIterator:
+    __slots__ = ("_inner", "_next", "_rec", "_append")
+
+    def __init__(self, inner, record: LoaderRecord) -> None:
+        self._inner = inner
+        self._next = inner.__next__
+        self._rec = record
+        self._append = record.events.append
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        rec = self._rec
+        t0 = _clock()
+        rec.in_next_since = t0
+        try:
+            batch = self._next()
+        except BaseException:
+            rec.in_next_since = 0
+            raise  # the same exception object, StopIteration included
+        t1 = _clock()
+        rec.in_next_since = 0
+        self._append((t0, t1))
+        return batch
+
+    def __len__(self):
+        return len(self._inner)
+
+    def __getattr__(self, name):
+        return getattr(self._inner, name)
+
+
+class _SingleProcessIterator(_InstrumentedIterator):
+    """num_workers=0: the loop itself fetches, so its fetch CPU time is sampled here — at most
+    once per LOOP_CPU_SAMPLE_NS, because a thread CPU-clock read is a syscall (~0.3 µs)."""
+
+    __slots__ = ()
+
+    def __next__(self):
+        rec = self._rec
+        t0 = _clock()
+        if t0 >= rec.next_cpu_sample:
+            return self._sampled_next(rec, t0)
+        rec.in_next_since = t0
+        try:
+            batch = self._next()
+        except BaseException:
+            rec.in_next_since = 0
+            raise
+        t1 = _clock()
+        rec.in_next_since = 0
+        self._append((t0, t1))
+        return batch
+
+    def _sampled_next(self, rec: LoaderRecord, t0: int):
+        rec.in_next_since = t0
+        c0 = _thread_cpu()
+        try:
+            batch = self._next()
+        except BaseException:
+            rec.in_next_since = 0
+            raise
+        c1 = _thread_cpu()
+        t1 = _clock()
+        rec.in_next_since = 0
+        self._append((t0, t1))
+        rec.loop_samples.append((t1 - t0, c1 - c0))
+        rec.next_cpu_sample = t1 + LOOP_CPU_SAMPLE_NS
+        return batch
+
+
+def instrumented_iter(loader, record: LoaderRecord, endpoint: str | None):
+    """Create the loader's iterator with our worker hook chained, and wrap it.
+
+    `worker_init_fn` is read by torch when the iterator is created, so we set it just for that
+    call and restore it at once: the user's loader object is left as it was, and frameworks that
+    set their own worker_init_fn before iterating (Lightning's worker seeding) still run theirs.
+    """
+    num_workers = getattr(loader, "num_workers", 0) or 0
+    hooked = num_workers > 0 and hasattr(loader, "worker_init_fn")
+    if hooked:
+        original = loader.worker_init_fn
+        loader.worker_init_fn = WorkerHook(original, record.source, endpoint)
+    _inside.active = True
+    try:
+        inner = iter(loader)
+    finally:
+        _inside.active = False
+        if hooked:
+            loader.worker_init_fn = original
+    record.attach(inner)
+    cls = _SingleProcessIterator if num_workers == 0 else _InstrumentedIterator
+    return cls(inner, record)
+
+
+class InstrumentedDataLoader:
+    """Behaves like the wrapped loader: iteration, len(), attribute access, isinstance()."""
+
+    def __init__(self, loader, record: LoaderRecord, worker_endpoint: str | None) -> None:
+        object.__setattr__(self, "_lt_loader", loader)
+        object.__setattr__(self, "_lt_record", record)
+        object.__setattr__(self, "_lt_worker_endpoint", worker_endpoint)
+
+    def __iter__(self):
+        return instrumented_iter(self._lt_loader, self._lt_record, self._lt_worker_endpoint)
+
+    def __len__(self):
+        return len(self._lt_loader)
+
+    def __getattr__(self, name):
+        return getattr(self._lt_loader, name)
+
+    def __setattr__(self, name, value):
+        setattr(self._lt_loader, name, value)
+
+    def __delattr__(self, name):
+        delattr(self._lt_loader, name)
+
+    # `isinstance(wrapped, DataLoader)` stays true, as frameworks check it (wrapt does the same).
+    @property
+    def __class__(self):
+        return type(self._lt_loader)
+
+    def __repr__(self) -> str:
+        return f"<loadertop {self._lt_record.name!r} {self._lt_loader!r}>"
+
+    @property
+    def loadertop_source(self) -> str:
+        """The source id viewers show for this loader (host:pid:name)."""
+        return self._lt_record.source
+
+
+def instrument(loader, *, name: str | None = None, endpoint: str | None = None):
+    """Wrap `loader` so every batch's wait is measured and published; see CONTRACT §1.
+
+    `endpoint` overrides LOADERTOP_ENDPOINT for this process's publisher (the first call that
+    starts the publisher decides). With LOADERTOP_DISABLE=1 the loader is returned untouched.
+    """
+    if os.environ.get(discovery.ENV_DISABLE, "") not in ("", "0"):
+        return loader
+    if isinstance(loader, InstrumentedDataLoader):
+        return loader  # already instrumented: never measure twice
+    try:
+        publisher = get_publisher(endpoint)
+        record = publisher.register(loader, publisher.unique_name(name))
+    except Exception as exc:  # never let observing break training
+        warn_once(f"instrumentation disabled: {exc!r}")
+        return loader
+    return InstrumentedDataLoader(loader, record, publisher.worker_endpoint)

@@ -1,0 +1,270 @@
+"""Per-loader state: what the training thread writes (cheaply) and the publisher thread reads.
+
+The training thread only ever does: store `in_next_since`, append a `(t0, t1)` tuple to a bounded
+deque, store `in_next_since` again. `deque.append` / `popleft` are atomic under the GIL, so the
+publisher thread drains without locks. Everything derived (durations, sums, samples, queue depth,
+workers) is computed here on the publisher thread.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+import weakref
+from collections import deque
+
+import psutil
+
+from loadertop import wire
+from loadertop.probe import torch_internals
+
+EVENTS_MAXLEN = 1 << 16  # ~65k batches between drains (50 Hz) before the oldest are lost
+LOOP_CPU_SAMPLE_NS = 10_000_000  # num_workers=0: measure the loop's fetch CPU every >= 10 ms
+EPOCH_MARK = None
+
+
+class _WorkerAccum:
+    __slots__ = ("pid", "batches", "fetch_us", "wall_ns", "cpu_ns", "dropped")
+
+    def __init__(self) -> None:
+        self.pid: int | None = None
+        self.reset()
+        self.dropped = 0
+
+    def reset(self) -> None:
+        self.batches = 0
+        self.fetch_us: list[int] = []
+        self.wall_ns = 0
+        self.cpu_ns = 0
+
+
+class LoaderRecord:
+    def __init__(self, loader, *, name: str, source: str, host: str, rank: int | None,
+                 command: str, process_started_at: float) -> None:
+        # --- written by the training thread ---
+        self.events: deque = deque(maxlen=EVENTS_MAXLEN)
+        self.in_next_since = 0  # perf_counter_ns when the loop entered next(); 0 when outside
+        self.next_cpu_sample = 0
+        self.loop_samples: deque = deque(maxlen=4096)  # (wall_ns, cpu_ns), num_workers=0
+        self._iterator_ref = None
+        # --- identity ---
+        self.name = name
+        self.source = source
+        self.host = host
+        self.rank = rank
+        self.command = command
+        self.process_started_at = process_started_at
+        self._loader_ref = _weak(loader)
+        self.config = wire.LoaderConfig(**torch_internals.loader_config(loader))
+        # --- publisher-thread state ---
+        self.seq = 0
+        self.epoch = 0
+        self.batches_total = 0
+        self.dropped = 0
+        self._prev_t1: int | None = None
+        self._interval_start_ns = time.perf_counter_ns()
+        self._reset_interval()
+        self._workers: dict[int, _WorkerAccum] = {}
+        # worker id -> (pid, alive, exitcode, cpu %, rss), refreshed by sample_workers()
+        self._worker_status: dict[int, tuple] = {}
+        self._psutil: dict[int, psutil.Process] = {}
+        self._worker_procs: list = []
+
+    # ------------------------------------------------------------ training thread (not hot)
+    def attach(self, iterator) -> None:
+        """A new epoch's iterator: called from the loader's __iter__, never per batch."""
+        self._iterator_ref = _weak(iterator)
+        loader = self._loader_ref() if self._loader_ref else None
+        if loader is not None:
+            try:
+                self.config = wire.LoaderConfig(**torch_internals.loader_config(loader))
+            except Exception:
+                pass
+        self.events.append(EPOCH_MARK)
+
+    @property
+    def iterator(self):
+        return self._iterator_ref() if self._iterator_ref is not None else None
+
+    # ------------------------------------------------------------ publisher thread
+    def _reset_interval(self) -> None:
+        self._batches = 0
+        self._wait_ns = 0
+        self._step_ns = 0
+        self._wait_us: list[int] = []
+        self._step_us: list[int] = []
+        self._q_samples = 0
+        self._q_ready_sum = 0
+        self._q_flight_sum = 0
+        self._q_waiting = 0
+        self._q_waiting_ready = 0
+        self._q_last: torch_internals.QueueDepth | None = None
+        self._loop_us: list[int] = []
+        self._loop_wall = 0
+        self._loop_cpu = 0
+
+    def drain(self) -> None:
+        """Turn the training thread's (t0, t1) stamps into durations."""
+        events = self.events
+        if len(events) == EVENTS_MAXLEN:
+            self.dropped += 1  # the deque may have overflowed: samples were lost
+        start = self._interval_start_ns
+        while events:
+            try:
+                item = events.popleft()
+            except IndexError:
+                break
+            if item is EPOCH_MARK:
+                self._prev_t1 = None  # the gap between epochs is not a training step
+                self.epoch += 1
+                continue
+            t0, t1 = item
+            self._batches += 1
+            self.batches_total += 1
+            self._wait_us.append((t1 - t0) // 1000)
+            # Wall-clock attribution: only the part of this wait inside this interval counts
+            # (the earlier part was counted as "blocked now" by the previous report).
+            self._wait_ns += t1 - max(t0, start)
+            if self._prev_t1 is not None and t0 >= self._prev_t1:
+                self._step_us.append((t0 - self._prev_t1) // 1000)
+                self._step_ns += t0 - self._prev_t1
+            self._prev_t1 = t1
+        loop = self.loop_samples
+        while loop:
+            try:
+                wall, cpu = loop.popleft()
+            except IndexError:
+                break
+            self._loop_us.append(wall // 1000)
+            self._loop_wall += wall
+            self._loop_cpu += cpu
+
+    def sample_queue(self) -> None:
+        """One queue-depth sample (publisher thread, ~50 Hz)."""
+        it = self.iterator
+        if it is None or self.config.num_workers == 0:
+            return
+        in_next = self.in_next_since != 0
+        depth = torch_internals.read_queue(it)
+        if depth is None:
+            return
+        self._q_last = depth
+        self._q_samples += 1
+        self._q_ready_sum += depth.ready
+        self._q_flight_sum += depth.in_flight
+        if in_next and self.in_next_since != 0:
+            self._q_waiting += 1
+            if depth.ready > 0:
+                self._q_waiting_ready += 1
+
+    def add_worker_sample(self, sample: wire.WorkerSample) -> None:
+        acc = self._workers.get(sample.worker_id)
+        if acc is None:
+            if len(self._workers) >= wire.MAX_WORKERS:
+                return
+            acc = self._workers[sample.worker_id] = _WorkerAccum()
+        acc.pid = sample.pid
+        acc.batches += 1
+        if len(acc.fetch_us) < wire.MAX_SAMPLES:
+            acc.fetch_us.append(sample.fetch_ns // 1000)
+        acc.wall_ns += sample.fetch_ns
+        acc.cpu_ns += sample.cpu_ns
+        acc.dropped = sample.dropped
+
+    def sample_workers(self) -> None:
+        """Liveness, CPU % and RSS of the current iterator's workers (~1 Hz, psutil)."""
+        it = self.iterator
+        if it is not None:
+            self._worker_procs = torch_internals.worker_pids(it)
+        # Once the iterator is gone (a break, an epoch end, a worker death raising in the loop),
+        # the remembered Process objects still tell how each worker ended.
+        status = {}
+        seen = set()
+        for wid, pid, proc in self._worker_procs:
+            alive, exitcode = torch_internals.worker_state(pid, proc)
+            cpu = rss = None
+            if pid is not None and alive:
+                seen.add(pid)
+                ps = self._psutil.get(pid)
+                try:
+                    if ps is None:
+                        ps = self._psutil[pid] = psutil.Process(pid)
+                        ps.cpu_percent(None)  # primes the delta; the first figure is unknown
+                    else:
+                        cpu = ps.cpu_percent(None)
+                    rss = ps.memory_info().rss
+                except psutil.Error:
+                    pass
+            status[wid] = (pid, alive, exitcode, cpu, rss)
+        for pid in list(self._psutil):
+            if pid not in seen:
+                del self._psutil[pid]
+        self._worker_status = status
+
+    def report(self, now_ns: int, sent_at: float, probe_cpu_fraction: float | None) -> wire.LoaderReport:
+        self.drain()
+        start = self._interval_start_ns
+        blocked_since = self.in_next_since
+        blocked_ms = None
+        wait_ns = self._wait_ns
+        if blocked_since:
+            blocked_ms = max(0, now_ns - blocked_since) / 1e6
+            wait_ns += max(0, now_ns - max(blocked_since, start))
+        workers = self._worker_reports()
+        q = self._q_last
+        queue = wire.QueueReport(
+            capacity=(self.config.num_workers * (self.config.prefetch_factor or 0)),
+            ready=q.ready if q else (0 if self.config.num_workers == 0 else None),
+            in_flight=q.in_flight if q else (0 if self.config.num_workers == 0 else None),
+            samples=self._q_samples,
+            ready_sum=self._q_ready_sum,
+            in_flight_sum=self._q_flight_sum,
+            waiting_samples=self._q_waiting,
+            waiting_ready_samples=self._q_waiting_ready,
+        )
+        dropped = self.dropped + sum(w.dropped for w in self._workers.values())
+        msg = wire.LoaderReport(
+            source=self.source, seq=self.seq, host=self.host, pid=os.getpid(), name=self.name,
+            rank=self.rank, command=self.command, process_started_at=self.process_started_at,
+            sent_at=sent_at, interval_s=min(3600.0, max(0, now_ns - start) / 1e9),
+            config=self.config, epoch=self.epoch, batches=self._batches,
+            batches_total=self.batches_total, wait_ns=wait_ns, step_ns=self._step_ns,
+            wait_us=wire.decimate(self._wait_us), step_us=wire.decimate(self._step_us),
+            blocked_ms=blocked_ms, queue=queue, workers=workers,
+            loop_fetch_us=wire.decimate(self._loop_us), loop_fetch_wall_ns=self._loop_wall,
+            loop_fetch_cpu_ns=self._loop_cpu, dropped=dropped,
+            probe_cpu_fraction=probe_cpu_fraction,
+        )
+        self.seq += 1
+        self._interval_start_ns = now_ns
+        self._reset_interval()
+        for acc in self._workers.values():
+            acc.reset()
+        return msg
+
+    def _worker_reports(self) -> list[wire.WorkerReport]:
+        out = []
+        for wid in sorted(set(self._worker_status) | set(self._workers)):
+            acc = self._workers.get(wid) or _WorkerAccum()
+            pid, alive, exitcode, cpu, rss = self._worker_status.get(
+                wid, (acc.pid, None, None, None, None))
+            out.append(wire.WorkerReport(
+                id=wid, pid=pid, alive=alive, exitcode=exitcode, cpu_percent=cpu, rss_bytes=rss,
+                batches=acc.batches, fetch_us=list(acc.fetch_us), fetch_wall_ns=acc.wall_ns,
+                fetch_cpu_ns=acc.cpu_ns,
+            ))
+        return out
+
+    def goodbye(self, sent_at: float) -> wire.Goodbye:
+        self.drain()
+        msg = wire.Goodbye(source=self.source, seq=self.seq, sent_at=sent_at,
+                           batches_total=self.batches_total)
+        self.seq += 1
+        return msg
+
+
+def _weak(obj):
+    try:
+        return weakref.ref(obj)
+    except TypeError:
+        return lambda: obj

@@ -1,0 +1,163 @@
+"""The viewer's network side: SUB sockets to discovered or given endpoints, feeding a Model.
+
+Every frame is validated by `wire.decode`; a bad one is counted by reason and dropped. `poll()`
+never blocks longer than asked, so a timer in the TUI or a loop in `snapshot` can drive it.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import time
+from pathlib import Path
+
+import zmq
+
+from loadertop import discovery, wire
+from loadertop.viewer.model import Model
+
+RCVHWM = 10000
+RESCAN_S = 1.0  # how often the discovery directory is looked at for new processes
+MAX_FRAMES_PER_POLL = 5000  # bound one poll's work so the UI stays responsive under a flood
+_ENDPOINT_RE = re.compile(r"^(tcp://[^\s/]+:(\d+|\*)|ipc://.+|inproc://.+)$")
+
+
+class EndpointError(ValueError):
+    """A user-given endpoint that cannot be used; the message says why and what would work."""
+
+
+def resolve_endpoint(text: str, directory: Path | None = None) -> str:
+    """Accept tcp://HOST:PORT, ipc://PATH, HOST:PORT, a socket or discovery-file path, or a pid."""
+    directory = directory or discovery.discovery_dir()
+    text = text.strip()
+    if text.isdigit():
+        entry = discovery.read_entry(discovery.entry_path(directory, int(text)))
+        if entry is None:
+            raise EndpointError(f"no instrumented process with pid {text} in {directory}")
+        return entry.endpoint
+    if text.endswith(".json") and os.path.exists(text):
+        entry = discovery.read_entry(Path(text))
+        if entry is None:
+            raise EndpointError(f"{text} is not a loadertop discovery file")
+        return entry.endpoint
+    if "://" not in text:
+        if os.path.exists(text):
+            return f"ipc://{os.path.abspath(text)}"
+        if re.match(r"^[\w.\-\[\]:]+:\d+$", text):
+            return f"tcp://{text}"
+        raise EndpointError(
+            f"not an endpoint: {text!r} (expected tcp://HOST:PORT, HOST:PORT, ipc://PATH or a pid)")
+    if not _ENDPOINT_RE.match(text):
+        raise EndpointError(
+            f"not an endpoint: {text!r} (expected tcp://HOST:PORT, ipc://PATH or a pid)")
+    if text.startswith("ipc://") and not text.startswith("ipc://@"):
+        path = text[len("ipc://"):]
+        if not os.path.exists(path):
+            raise EndpointError(f"no such socket: {path} (is the training process running?)")
+    return text
+
+
+class Subscriber:
+    def __init__(self, model: Model, endpoints: list[str] | None = None, *,
+                 directory: Path | None = None, discover: bool | None = None,
+                 curve: dict | None = None, clock=time.time) -> None:
+        self.model = model
+        self.curve = curve or {}  # CurveZMQ socket options (see loadertop.remote)
+        self.clock = clock
+        self.directory = directory or discovery.discovery_dir()
+        self.discover = (not endpoints) if discover is None else discover
+        self.ctx = zmq.Context()
+        self.poller = zmq.Poller()
+        self.sockets: dict[str, zmq.Socket] = {}
+        self.by_socket: dict[zmq.Socket, str] = {}
+        self._next_scan = 0.0
+        if self.discover:
+            model.discovery_dir = str(self.directory)
+        for endpoint in endpoints or ():
+            self.connect(endpoint)
+        self.rescan()
+
+    def connect(self, endpoint: str) -> None:
+        if endpoint in self.sockets:
+            return
+        sock = self.ctx.socket(zmq.SUB)
+        sock.setsockopt(zmq.RCVHWM, RCVHWM)
+        sock.setsockopt(zmq.LINGER, 0)
+        for option, value in self.curve.items():
+            sock.setsockopt(option, value)
+        sock.setsockopt(zmq.SUBSCRIBE, wire.TOPIC)  # all versions: a foreign one is counted
+        sock.connect(endpoint)
+        self.sockets[endpoint] = sock
+        self.by_socket[sock] = endpoint
+        self.poller.register(sock, zmq.POLLIN)
+        self.model.add_endpoint(endpoint)
+
+    def disconnect(self, endpoint: str) -> None:
+        sock = self.sockets.pop(endpoint, None)
+        if sock is not None:
+            self.poller.unregister(sock)
+            del self.by_socket[sock]
+            sock.close(0)
+
+    def rescan(self) -> None:
+        """Connect to processes that appeared in the discovery directory since the last look."""
+        if not self.discover:
+            return
+        self._next_scan = time.monotonic() + RESCAN_S
+        for entry in discovery.list_entries(self.directory):
+            self.connect(entry.endpoint)
+
+    def found_any(self) -> bool:
+        return bool(self.sockets)
+
+    def poll(self, timeout_ms: float = 0) -> int:
+        """Receive what has arrived (waiting up to timeout_ms for the first frame)."""
+        if self.discover and time.monotonic() >= self._next_scan:
+            self.rescan()
+        count = 0
+        if not self.sockets:
+            if timeout_ms > 0:
+                time.sleep(min(timeout_ms, 100) / 1000.0)
+            return 0
+        events = self.poller.poll(timeout_ms)
+        while events and count < MAX_FRAMES_PER_POLL:
+            for sock, _ in events:
+                endpoint = self.by_socket.get(sock)
+                for _ in range(1000):
+                    try:
+                        frame = sock.recv(zmq.NOBLOCK, copy=True)
+                    except zmq.Again:
+                        break
+                    count += 1
+                    try:
+                        msg = wire.decode(frame)
+                    except wire.WireError as exc:
+                        self.model.reject(exc.reason)
+                        continue
+                    self.model.ingest(msg, self.clock(), endpoint)
+            events = self.poller.poll(0)
+        return count
+
+    def close(self) -> None:
+        for endpoint in list(self.sockets):
+            self.disconnect(endpoint)
+        self.ctx.term()
+
+
+class NetworkFeed:
+    """The TUI's feed: a Subscriber and a Model behind the `Feed` protocol of the app."""
+
+    def __init__(self, subscriber: Subscriber, *, window_s: float = 3.0, clock=time.time) -> None:
+        self.subscriber = subscriber
+        self.model = subscriber.model
+        self.window_s = window_s
+        self.clock = clock
+
+    def poll(self) -> None:
+        self.subscriber.poll(0)
+
+    def document(self) -> dict:
+        return self.model.document(self.clock(), self.window_s)
+
+    def close(self) -> None:
+        self.subscriber.close()

@@ -1,0 +1,240 @@
+"""The message schema and codec shared by the probe (inside training) and the viewer.
+
+Every frame on the wire is ``PREFIX + version + b"\\0" + msgpack body``. The prefix doubles as the
+ZeroMQ subscription topic, so a viewer subscribes to ``b"loadertop/"`` and still *sees* messages of
+a foreign schema version, which it counts and drops instead of mis-decoding. No pickle: the body is
+msgspec msgpack decoded straight into typed, bounded Structs, so a hostile or corrupt frame can
+only ever raise :class:`WireError`.
+
+The viewer side imports this module, so it must never import torch (nor zmq: framing is bytes).
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal, Union
+
+import msgspec
+from msgspec import Meta
+
+SCHEMA_VERSION = 1
+TOPIC = b"loadertop/"
+FRAME_PREFIX = TOPIC + str(SCHEMA_VERSION).encode() + b"\0"
+
+# Bounds: a message from a socket is untrusted; these keep one frame's cost to the viewer small.
+MAX_FRAME_BYTES = 4 * 1024 * 1024
+MAX_SAMPLES = 4096  # samples of one kind in one report (the probe decimates beyond this)
+MAX_WORKERS = 1024
+MAX_TEXT = 4096
+
+Count = Annotated[int, Meta(ge=0)]
+Pid = Annotated[int, Meta(ge=0, le=2**32)]
+Micros = Annotated[int, Meta(ge=0)]
+Seconds = Annotated[float, Meta(ge=0)]
+Fraction = Annotated[float, Meta(ge=0, le=1000)]  # cpu fractions can exceed 1 with threads
+Text = Annotated[str, Meta(max_length=MAX_TEXT)]
+ShortText = Annotated[str, Meta(max_length=256)]
+Samples = Annotated[list[Micros], Meta(max_length=MAX_SAMPLES)]
+
+
+class WireError(ValueError):
+    """A frame that is not a valid loadertop message; ``reason`` is a short counter key."""
+
+    def __init__(self, reason: str, detail: str = "") -> None:
+        super().__init__(f"{reason}: {detail}" if detail else reason)
+        self.reason = reason
+
+
+class LoaderConfig(msgspec.Struct, frozen=True):
+    num_workers: Count
+    batch_size: Annotated[int, Meta(ge=0)] | None
+    prefetch_factor: Count | None
+    pin_memory: bool
+    persistent_workers: bool
+    dataset: ShortText
+    worker_context: ShortText | None
+    drop_last: bool = False
+    iterable: bool = False
+
+
+class QueueReport(msgspec.Struct, frozen=True):
+    """Queue depth as sampled by the probe's background thread during one report interval.
+
+    ``ready``/``in_flight`` are the latest sample (None when torch's internals could not be read);
+    the sums over ``samples`` give means; ``waiting_samples`` counts samples taken while the loop
+    was blocked in ``next()`` and ``waiting_ready_samples`` those of them that found a batch ready.
+    """
+
+    capacity: Count | None
+    ready: Count | None = None
+    in_flight: Count | None = None
+    samples: Count = 0
+    ready_sum: Count = 0
+    in_flight_sum: Count = 0
+    waiting_samples: Count = 0
+    waiting_ready_samples: Count = 0
+
+
+class WorkerReport(msgspec.Struct, frozen=True):
+    id: Count
+    pid: Pid | None
+    alive: bool | None
+    exitcode: int | None = None
+    cpu_percent: Annotated[float, Meta(ge=0)] | None = None
+    rss_bytes: Count | None = None
+    batches: Count = 0  # batches this worker finished fetching during the interval
+    fetch_us: Samples = []  # per-batch fetch wall time (possibly decimated)
+    fetch_wall_ns: Count = 0  # exact sums over all `batches`, for cpu_fraction
+    fetch_cpu_ns: Count = 0
+
+
+class LoaderReport(msgspec.Struct, frozen=True, tag="loader"):
+    """One loader's activity since its previous report; identity and config repeat in every report
+    so a viewer that joins late needs only one message to know the source."""
+
+    source: Text
+    seq: Count
+    host: ShortText
+    pid: Pid
+    name: ShortText
+    rank: Annotated[int, Meta(ge=0)] | None
+    command: Text
+    process_started_at: Seconds
+    sent_at: Seconds
+    interval_s: Annotated[float, Meta(ge=0, le=3600)]
+    config: LoaderConfig
+    epoch: Count
+    batches: Count
+    batches_total: Count
+    wait_ns: Count  # exact sums over `batches`
+    step_ns: Count
+    wait_us: Samples
+    step_us: Samples
+    blocked_ms: Annotated[float, Meta(ge=0)] | None  # inside next() right now, for this long
+    queue: QueueReport
+    workers: Annotated[list[WorkerReport], Meta(max_length=MAX_WORKERS)]
+    loop_fetch_us: Samples = []  # num_workers=0: the main process fetches, sampled
+    loop_fetch_wall_ns: Count = 0
+    loop_fetch_cpu_ns: Count = 0
+    dropped: Count = 0  # messages or samples the probe knows it lost, cumulative
+    probe_cpu_fraction: Fraction | None = None
+
+
+class GpuProcess(msgspec.Struct, frozen=True):
+    pid: Pid
+    used_mem_bytes: Count | None = None
+
+
+class GpuReport(msgspec.Struct, frozen=True):
+    index: Count
+    name: ShortText
+    uuid: ShortText | None = None
+    util_percent: float | None = None
+    mem_util_percent: float | None = None
+    mem_used_bytes: Count | None = None
+    mem_total_bytes: Count | None = None
+    temperature_c: float | None = None
+    power_w: float | None = None
+    power_limit_w: float | None = None
+    processes: Annotated[list[GpuProcess], Meta(max_length=MAX_WORKERS)] = []
+
+
+class CgroupReport(msgspec.Struct, frozen=True):
+    version: int | None = None
+    cpu_quota_cores: float | None = None
+    mem_limit_bytes: Count | None = None
+    mem_used_bytes: Count | None = None
+
+
+class SystemReport(msgspec.Struct, frozen=True, tag="system"):
+    """The trainer's machine, sampled on the trainer's side (a remote viewer must see *its* CPU)."""
+
+    host: ShortText
+    seq: Count
+    sent_at: Seconds
+    cpu_count: Count
+    cores_available: float | None = None
+    cpu_percent: float | None = None
+    per_cpu_percent: Annotated[list[float], Meta(max_length=4096)] | None = None
+    iowait_percent: float | None = None
+    load_avg_1m: float | None = None
+    mem_total_bytes: Count | None = None
+    mem_available_bytes: Count | None = None
+    mem_used_percent: float | None = None
+    swap_total_bytes: Count | None = None
+    swap_used_bytes: Count | None = None
+    swap_in_bytes_per_s: float | None = None
+    swap_out_bytes_per_s: float | None = None
+    disk_read_bytes_per_s: float | None = None
+    disk_write_bytes_per_s: float | None = None
+    cgroup: CgroupReport | None = None
+    gpu_status: ShortText = "no_nvml"
+    gpus: Annotated[list[GpuReport], Meta(max_length=64)] = []
+
+
+class Goodbye(msgspec.Struct, frozen=True, tag="bye"):
+    """The source's process is exiting normally: the viewer marks it `finished`, not `gone`."""
+
+    source: Text
+    seq: Count
+    sent_at: Seconds
+    batches_total: Count = 0
+
+
+class WorkerSample(msgspec.Struct, frozen=True, tag="wsample", array_like=True):
+    """Worker process -> its own main process (PUSH/PULL, never to viewers): one fetched batch."""
+
+    source: Text
+    worker_id: Count
+    pid: Pid
+    fetch_ns: Count
+    cpu_ns: Count
+    dropped: Count = 0  # samples this worker could not send before this one
+
+
+Message = Union[LoaderReport, SystemReport, Goodbye]
+
+_encoder = msgspec.msgpack.Encoder()
+_decoder = msgspec.msgpack.Decoder(Message)
+_sample_decoder = msgspec.msgpack.Decoder(WorkerSample)
+
+
+def encode(msg: Message) -> bytes:
+    return FRAME_PREFIX + _encoder.encode(msg)
+
+
+def decode(frame: bytes) -> Message:
+    """Decode one frame, or raise WireError(reason) with reason in
+    {"too_large", "not_loadertop", "wrong_version", "malformed"}."""
+    if len(frame) > MAX_FRAME_BYTES:
+        raise WireError("too_large", f"{len(frame)} bytes")
+    if not frame.startswith(TOPIC):
+        raise WireError("not_loadertop")
+    head, sep, body = frame[len(TOPIC) :].partition(b"\0")
+    if not sep:
+        raise WireError("malformed", "no version separator")
+    if head != str(SCHEMA_VERSION).encode():
+        raise WireError("wrong_version", head[:16].decode("ascii", "replace"))
+    try:
+        return _decoder.decode(body)
+    except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+        raise WireError("malformed", str(exc)[:200]) from None
+
+
+def encode_sample(sample: WorkerSample) -> bytes:
+    return _encoder.encode(sample)
+
+
+def decode_sample(data: bytes) -> WorkerSample:
+    try:
+        return _sample_decoder.decode(data)
+    except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+        raise WireError("malformed", str(exc)[:200]) from None
+
+
+def decimate(samples: list[int], limit: int = MAX_SAMPLES) -> list[int]:
+    """Keep at most `limit` samples, evenly spaced, so percentiles stay representative."""
+    n = len(samples)
+    if n <= limit:
+        return samples
+    step = n / limit
+    return [samples[int(i * step)] for i in range(limit)]

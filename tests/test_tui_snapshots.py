@@ -1,0 +1,76 @@
+"""Snapshots of the main TUI states at 80×24 (compact) and 160×50 (wide).
+
+Deterministic: FakeFeed documents are fixed, the clock is fake (and the time zone UTC), and the
+refresh timer is set to an hour so only the ticks done in ``run_before`` change the screen.
+Regenerate with ``pytest tests/test_tui_snapshots.py --snapshot-update`` and look at the SVGs.
+"""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from loadertop.viewer import fake_feed as ff
+from loadertop.viewer.app import LoadertopApp
+
+SIZES = {"80x24": (80, 24), "160x50": (160, 50)}
+
+
+@pytest.fixture(autouse=True)
+def utc(monkeypatch):
+    monkeypatch.setenv("TZ", "UTC")
+    time.tzset()
+    yield
+    monkeypatch.undo()
+    time.tzset()
+
+
+def make_app(documents) -> LoadertopApp:
+    return LoadertopApp(ff.FakeFeed(documents), refresh_s=3600.0, clock=lambda: ff.T0 + 12.0)
+
+
+def ticks(n: int):
+    """run_before: n more refresh ticks (one document each), then let the screen settle."""
+    async def run_before(pilot) -> None:
+        await pilot.pause()
+        for _ in range(n):
+            pilot.app.tick()
+        await pilot.pause()
+    return run_before
+
+
+def keys(*names: str):
+    async def run_before(pilot) -> None:
+        await pilot.pause()
+        await pilot.press(*names)
+        await pilot.pause()
+    return run_before
+
+
+@pytest.mark.parametrize("size", SIZES)
+def test_healthy(snap_compare, size):
+    assert snap_compare(make_app(ff.gpu_doc()), terminal_size=SIZES[size], run_before=ticks(0))
+
+
+@pytest.mark.parametrize("size", SIZES)
+def test_io_bound_with_history(snap_compare, size):
+    app = make_app(ff.io_bound_history(48))
+    assert snap_compare(app, terminal_size=SIZES[size], run_before=ticks(47))
+
+
+@pytest.mark.parametrize("size", SIZES)
+def test_dead_worker(snap_compare, size):
+    assert snap_compare(make_app(ff.dead_worker_doc()), terminal_size=SIZES[size],
+                        run_before=ticks(0))
+
+
+@pytest.mark.parametrize("size", SIZES)
+def test_multi_source_overview(snap_compare, size):
+    assert snap_compare(make_app(ff.multi_source_doc()), terminal_size=SIZES[size],
+                        run_before=keys("tab", "tab", "o"))
+
+
+@pytest.mark.parametrize("size", SIZES)
+def test_no_gpu(snap_compare, size):
+    assert snap_compare(make_app(ff.no_gpu_doc()), terminal_size=SIZES[size], run_before=ticks(0))
