@@ -154,7 +154,10 @@ class LoaderRecord:
         self._q_flight_sum += depth.in_flight
         if in_next and self.in_next_since != 0:
             self._q_waiting += 1
-            if depth.ready > 0:
+            # mp.Queue counts a batch from the worker's put() until the loop has received all
+            # its bytes, so while the loop is inside next() one counted batch is usually the one
+            # it is receiving: only a second one proves a batch sat ready while the loop waited.
+            if depth.ready >= 2:
                 self._q_waiting_ready += 1
 
     def add_worker_sample(self, sample: wire.WorkerSample) -> None:
