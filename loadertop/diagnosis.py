@@ -24,7 +24,7 @@ Precedence inside `diagnose`: stalled > memory_pressure > idle > insufficient_da
 A stall (a dead worker, a loop blocked far longer than usual) is checked before memory pressure
 because it means training has stopped, and a worker killed by SIGKILL under memory pressure is
 most likely the OOM killer's doing: the stalled verdict then carries the memory evidence and advice
-too, so nothing is lost. See docs/diagnosis.md for every threshold and the reason for it.
+too, so nothing is lost. See the README ("How the bottleneck is named") for every threshold and the reason for it.
 """
 
 from __future__ import annotations
@@ -74,7 +74,7 @@ OVERALL_RANK = (
 )
 
 # ---------------------------------------------------------------------------------------------
-# Thresholds: the only place they are defined. docs/diagnosis.md repeats them with the reasons.
+# Thresholds: the only place they are defined. The README repeats them with the reasons.
 # ---------------------------------------------------------------------------------------------
 
 # Judge a window only with at least this many batches: 1-4 waits are dominated by chance (one slow

@@ -92,6 +92,7 @@ class Publisher:
         self.entry_path = None
         self.failed: str | None = None
         self.sent = 0
+        self.subscriptions = 0  # viewers subscribed now (XPUB_VERBOSE reports each one)
         self._stop = threading.Event()
         self._ready = threading.Event()
         self._send_now = False
@@ -277,6 +278,9 @@ class Publisher:
                 return
             if msg[:1] == b"\x01":  # a viewer subscribed: answer at once, not in <= REPORT_S
                 self._send_now = True
+                self.subscriptions += 1
+            elif msg[:1] == b"\x00":
+                self.subscriptions = max(0, self.subscriptions - 1)
 
     def _read_worker_samples(self, zmq, pull) -> None:
         by_source = {r.source: r for r in self.records}

@@ -1,8 +1,8 @@
 """Per-loader state: what the training thread writes (cheaply) and the publisher thread reads.
 
-The training thread only ever does: store `in_next_since`, append a `(t0, t1)` tuple to a bounded
-deque, store `in_next_since` again. `deque.append` / `popleft` are atomic under the GIL, so the
-publisher thread drains without locks. Everything derived (durations, sums, samples, queue depth,
+The training thread only ever appends signed clock stamps to a bounded deque (see
+`_InstrumentedIterator`). `deque.append` / `popleft` are atomic under the GIL, so the publisher
+thread drains without locks. Everything derived (durations, sums, samples, queue depth,
 workers) is computed here on the publisher thread.
 """
 
@@ -42,8 +42,7 @@ class LoaderRecord:
     def __init__(self, loader, *, name: str, source: str, host: str, rank: int | None,
                  command: str, process_started_at: float) -> None:
         # --- written by the training thread ---
-        self.events: deque = deque(maxlen=EVENTS_MAXLEN)
-        self.in_next_since = 0  # perf_counter_ns when the loop entered next(); 0 when outside
+        self.events: deque = deque(maxlen=EVENTS_MAXLEN)  # t0 > 0, -t1 < 0, 0, or EPOCH_MARK
         self.next_cpu_sample = 0
         self.loop_samples: deque = deque(maxlen=4096)  # (wall_ns, cpu_ns), num_workers=0
         self._iterator_ref = None
@@ -62,6 +61,7 @@ class LoaderRecord:
         self.batches_total = 0
         self.dropped = 0
         self._prev_t1: int | None = None
+        self.in_next_since: int | None = None  # the loop entered next() then and is still inside
         self._interval_start_ns = time.perf_counter_ns()
         self._reset_interval()
         self._workers: dict[int, _WorkerAccum] = {}
@@ -104,31 +104,37 @@ class LoaderRecord:
         self._loop_cpu = 0
 
     def drain(self) -> None:
-        """Turn the training thread's (t0, t1) stamps into durations."""
+        """Turn the training thread's stamps into waits and steps."""
         events = self.events
         if len(events) == EVENTS_MAXLEN:
             self.dropped += 1  # the deque may have overflowed: samples were lost
         start = self._interval_start_ns
         while events:
             try:
-                item = events.popleft()
+                stamp = events.popleft()
             except IndexError:
                 break
-            if item is EPOCH_MARK:
+            if stamp is EPOCH_MARK:
                 self._prev_t1 = None  # the gap between epochs is not a training step
+                self.in_next_since = None
                 self.epoch += 1
-                continue
-            t0, t1 = item
-            self._batches += 1
-            self.batches_total += 1
-            self._wait_us.append((t1 - t0) // 1000)
-            # Wall-clock attribution: only the part of this wait inside this interval counts
-            # (the earlier part was counted as "blocked now" by the previous report).
-            self._wait_ns += t1 - max(t0, start)
-            if self._prev_t1 is not None and t0 >= self._prev_t1:
-                self._step_us.append((t0 - self._prev_t1) // 1000)
-                self._step_ns += t0 - self._prev_t1
-            self._prev_t1 = t1
+            elif stamp > 0:
+                self.in_next_since = stamp
+            elif stamp < 0 and self.in_next_since is not None:
+                t0, t1 = self.in_next_since, -stamp
+                self.in_next_since = None
+                self._batches += 1
+                self.batches_total += 1
+                self._wait_us.append((t1 - t0) // 1000)
+                # Wall-clock attribution: only the part of this wait inside this interval counts
+                # (the earlier part was counted as "blocked now" by the previous report).
+                self._wait_ns += t1 - max(t0, start)
+                if self._prev_t1 is not None and t0 >= self._prev_t1:
+                    self._step_us.append((t0 - self._prev_t1) // 1000)
+                    self._step_ns += t0 - self._prev_t1
+                self._prev_t1 = t1
+            else:  # left next() by an exception (or an exit whose entry was lost)
+                self.in_next_since = None
         loop = self.loop_samples
         while loop:
             try:
@@ -144,7 +150,8 @@ class LoaderRecord:
         it = self.iterator
         if it is None or self.config.num_workers == 0:
             return
-        in_next = self.in_next_since != 0
+        self.drain()
+        in_next = self.in_next_since is not None
         depth = torch_internals.read_queue(it)
         if depth is None:
             return
@@ -152,7 +159,7 @@ class LoaderRecord:
         self._q_samples += 1
         self._q_ready_sum += depth.ready
         self._q_flight_sum += depth.in_flight
-        if in_next and self.in_next_since != 0:
+        if in_next:
             self._q_waiting += 1
             # mp.Queue counts a batch from the worker's put() until the loop has received all
             # its bytes, so while the loop is inside next() one counted batch is usually the one

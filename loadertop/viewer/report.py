@@ -69,7 +69,7 @@ def _verdict_line(verdict: dict, source: str | None = None) -> str:
     for ev in verdict.get("evidence", [])[:3]:
         out += f"\n  evidence: {ev}"
     for adv in verdict.get("advice", [])[:2]:
-        out += f"\n  try: {adv}"
+        out += f"\n  → {adv}"
     return out
 
 

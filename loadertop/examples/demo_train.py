@@ -1,0 +1,203 @@
+"""A synthetic training job for `loadertop demo`: CPU only, offline, no dataset to download.
+
+It iterates an instrumented DataLoader ("train") through four phases, each lasting
+``--phase-seconds`` (default 20 s), in a loop, so that the viewer's bottleneck banner changes:
+
+=========  =================================================  =====================
+phase      what the job does                                   expected diagnosis
+=========  =================================================  =====================
+healthy    cheap samples, 2 workers, a 50 ms training step     ``compute_bound``
+io         every sample waits 4 ms (storage latency), 2        ``input_bound_io``
+           workers, 10 ms step
+cpu        every sample burns 4 ms of CPU, 1 worker, a core    ``input_bound_cpu``
+           left idle, 10 ms step
+saturated  every sample burns 4 ms of CPU, 3 workers, and the  ``cpu_saturated``
+           loop itself computes (8 ms of CPU per step)
+=========  =================================================  =====================
+
+Each phase is one pass ("epoch") over the loader, cut short when the phase's time is up: the
+dataset's ``mode`` and the loader's ``num_workers`` are set before ``iter()``, so the fresh
+workers (forked per epoch: no ``persistent_workers``) see the new behaviour. A small "val"
+loader (``num_workers=0``) runs for half a second at the end of every phase, as a second source.
+
+The job starts iterating at once (only torch is imported first) so a viewer has data within
+about two seconds. It exits on SIGTERM or SIGINT (cleanly: workers stopped, viewers told), after
+``--seconds`` if given, and by itself when the process that started it (``--parent-pid``) is gone,
+so a killed `loadertop demo` never leaves it running. ``--phase-file`` receives the current phase
+as JSON for the viewer to show.
+
+Run it by hand with ``python -m loadertop.examples.demo_train`` (or ``examples/demo_train.py``)
+and watch it with ``loadertop`` in another terminal.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import sys
+import time
+from typing import NamedTuple
+
+BATCH_SIZE = 16
+SAMPLES = 1_000_000  # an "epoch" longer than any phase: a phase ends by time, not by data
+IO_WAIT_PER_SAMPLE_S = 0.004
+CPU_PER_SAMPLE_S = 0.004
+VAL_SECONDS = 0.5
+
+
+class Phase(NamedTuple):
+    name: str
+    title: str  # what the viewer shows
+    expect: str  # the diagnosis category this phase should produce (CONTRACT §4)
+    num_workers: int
+    sample: str  # dataset mode: "cheap" | "io" | "cpu"
+    step_sleep_s: float  # the training step: time off the CPU (a GPU would be busy here) ...
+    step_cpu_s: float  # ... and CPU burnt by the loop itself
+
+
+PHASES = (
+    Phase("healthy", "healthy (compute-bound)", "compute_bound", 2, "cheap", 0.050, 0.0),
+    Phase("io", "I/O-bound (slow storage)", "input_bound_io", 2, "io", 0.010, 0.0),
+    Phase("cpu", "CPU-bound (1 worker, a core idle)", "input_bound_cpu", 1, "cpu", 0.010, 0.0),
+    Phase("saturated", "CPU saturated (3 workers + busy loop)", "cpu_saturated", 3, "cpu", 0.004, 0.002),
+)
+PHASE_NAMES = tuple(p.name for p in PHASES)
+
+
+def burn_cpu(seconds: float) -> None:
+    """Use `seconds` of this thread's CPU time (wall time stretches when cores are contended)."""
+    end = time.thread_time() + seconds
+    x = 1.0001
+    while time.thread_time() < end:
+        for _ in range(200):
+            x = x * 1.0000001 + 1e-9
+
+
+def make_dataset_class():
+    import torch
+    from torch.utils.data import Dataset
+
+    class DemoDataset(Dataset):
+        """Tiny synthetic images whose cost per sample depends on ``mode``."""
+
+        def __init__(self, length: int = SAMPLES) -> None:
+            self.length = length
+            self.mode = "cheap"
+
+        def __len__(self) -> int:
+            return self.length
+
+        def __getitem__(self, index: int):
+            if self.mode == "io":
+                time.sleep(IO_WAIT_PER_SAMPLE_S)  # a read from slow storage or the network
+            elif self.mode == "cpu":
+                burn_cpu(CPU_PER_SAMPLE_S)  # decoding and augmentation
+            return torch.full((3, 16, 16), float(index % 251)), index % 10
+
+    return DemoDataset
+
+
+class Job:
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.args = args
+        self.parent_pid = args.parent_pid
+        self.deadline = time.monotonic() + args.seconds if args.seconds else None
+
+    def should_stop(self) -> bool:
+        if self.deadline is not None and time.monotonic() >= self.deadline:
+            return True
+        # Our starter is gone (killed without a chance to stop us): we are an orphan, leave.
+        return self.parent_pid is not None and os.getppid() != self.parent_pid
+
+    def write_phase(self, index: int, count: int, phase: Phase, started: float, ends: float) -> None:
+        if not self.args.phase_file:
+            return
+        doc = {"index": index, "count": count, "name": phase.name, "title": phase.title,
+               "expect": phase.expect, "started_at": started, "ends_at": ends, "pid": os.getpid()}
+        tmp = f"{self.args.phase_file}.tmp"
+        with open(tmp, "w") as f:
+            json.dump(doc, f)
+        os.replace(tmp, self.args.phase_file)  # readers never see half a file
+
+    def run(self) -> int:
+        import torch
+        from torch.utils.data import DataLoader
+
+        import loadertop
+
+        torch.set_num_threads(1)  # the demo's "model" is tiny; keep the main process on one core
+        dataset = make_dataset_class()()
+        train = loadertop.instrument(
+            DataLoader(dataset, batch_size=BATCH_SIZE, shuffle=False, num_workers=2), name="train")
+        val_set = make_dataset_class()(length=SAMPLES)
+        val = loadertop.instrument(DataLoader(val_set, batch_size=BATCH_SIZE, num_workers=0), name="val")
+        weights = torch.randn(3 * 16 * 16, 10)
+
+        phases = [p for p in PHASES if p.name in self.args.phases]
+        index = 0
+        while not self.should_stop():
+            phase = phases[index % len(phases)]
+            started = time.time()
+            ends = started + self.args.phase_seconds
+            self.write_phase(index % len(phases), len(phases), phase, started, ends)
+            dataset.mode = phase.sample
+            train.num_workers = phase.num_workers  # read by iter(): this epoch's fresh workers
+            for images, _labels in train:
+                (images.flatten(1) @ weights).sum()  # the "model"
+                if phase.step_cpu_s:
+                    burn_cpu(phase.step_cpu_s)
+                if phase.step_sleep_s:
+                    time.sleep(phase.step_sleep_s)
+                if time.time() >= ends - VAL_SECONDS or self.should_stop():
+                    break
+            val_end = time.time() + VAL_SECONDS
+            for images, _labels in val:
+                (images.flatten(1) @ weights).sum()
+                time.sleep(0.01)  # the evaluation step
+                if time.time() >= val_end or self.should_stop():
+                    break
+            index += 1
+        return 0
+
+
+def _exit_on_signal(signum, frame) -> None:
+    # Raise in the training loop, so the DataLoader iterator stops its workers and loadertop's
+    # atexit hook tells viewers "finished" (SIGTERM's default would skip both).
+    raise SystemExit(128 + signum)
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="demo_train", description="loadertop's synthetic training job")
+    p.add_argument("--phase-seconds", type=float, default=20.0, metavar="S",
+                   help="how long each phase lasts (default 20)")
+    p.add_argument("--seconds", type=float, default=None, metavar="S",
+                   help="stop after this long (default: run until stopped)")
+    p.add_argument("--phase-file", default=None, metavar="PATH",
+                   help="write the current phase here as JSON")
+    p.add_argument("--parent-pid", type=int, default=None, metavar="PID",
+                   help="exit when this process is no longer our parent")
+    p.add_argument("--phases", default=",".join(PHASE_NAMES), metavar="NAMES",
+                   help=f"comma-separated phases to cycle through (default {','.join(PHASE_NAMES)})")
+    args = p.parse_args(argv)
+    args.phases = [name.strip() for name in args.phases.split(",") if name.strip()]
+    unknown = [name for name in args.phases if name not in PHASE_NAMES]
+    if unknown or not args.phases:
+        p.error(f"unknown phase {', '.join(unknown) or '(none)'}; choose from {', '.join(PHASE_NAMES)}")
+    if args.phase_seconds <= VAL_SECONDS:
+        p.error(f"--phase-seconds must be more than {VAL_SECONDS}")
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    signal.signal(signal.SIGTERM, _exit_on_signal)
+    try:
+        return Job(args).run()
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,318 @@
+"""Zero-code instrumentation for `loadertop run`: a class-level patch of `DataLoader.__iter__`.
+
+`install()` never imports torch. If `torch.utils.data.dataloader` is already imported it patches
+at once; otherwise a one-shot `sys.meta_path` finder lets the normal import machinery find that
+module and patches `DataLoader` right after the module has executed (before
+`torch.utils.data/__init__` re-exports it: the class object is the same, so every alias sees it).
+
+The patched `__iter__` runs once per epoch, never per batch. It leaves alone:
+- iteration from inside `loadertop.instrument`'s proxy (`loader._inside.active` is set there), so
+  a program that instruments its own loaders is measured once;
+- DataLoader worker processes (`get_worker_info()` is set there): a worker never publishes;
+- everything, when LOADERTOP_DISABLE=1.
+Otherwise it gets or creates the loader's `LoaderRecord` and returns the same wrapped iterator
+`instrument()` would, built from the *original* `__iter__` (a subclass's own `__iter__` body runs
+once, not twice).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+import weakref
+
+TARGET = "torch.utils.data.dataloader"
+ENV_RUN = "LOADERTOP_RUN"
+ENV_PORT_BASE = "LOADERTOP_RUN_PORT_BASE"  # the --listen endpoint before the LOCAL_RANK offset
+
+# Names at a call site that say nothing about the loader (a wrapper's parameter, a generic local).
+_GENERIC_NAMES = frozenset({"self", "cls", "iterable", "iterator", "it", "obj", "seq", "x", "_"})
+_NAME_SEARCH_FRAMES = 6  # caller frames looked at for a name (a subclass's __iter__, tqdm, ...)
+_SKIP = object()  # a loader we decided not to instrument (a worker, a failed registration)
+
+_lock = threading.Lock()
+# loader -> (pid, LoaderRecord, worker endpoint) or _SKIP; weak, so a loader's death frees it.
+_records: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+# (pid, filename, line) of the call site -> record: a loader created anew each epoch at the same
+# place reuses its predecessor's record (once that loader is gone) instead of adding a source.
+_by_call_site: dict[tuple, object] = {}
+_probe = None  # loadertop.probe.loader, imported at the first iteration (never at torch import)
+
+
+def disabled() -> bool:
+    return os.environ.get("LOADERTOP_DISABLE", "") not in ("", "0")
+
+
+# ---------------------------------------------------------------------------- installing
+class _DataLoaderFinder:
+    """Finds nothing itself: asks the other finders for torch's dataloader module and arranges
+    for the patch to run right after that module's code has executed. Removes itself once done."""
+
+    def find_spec(self, fullname, path=None, target=None):
+        if fullname != TARGET:
+            return None
+        spec = None
+        for finder in list(sys.meta_path):
+            if finder is self or isinstance(finder, _DataLoaderFinder):
+                continue
+            find = getattr(finder, "find_spec", None)
+            if find is None:
+                continue
+            try:
+                spec = find(fullname, path, target)
+            except Exception:
+                spec = None
+            if spec is not None:
+                break
+        if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
+            return None  # let the import system do what it would have done without us
+        _remove_finder()
+        loader = spec.loader
+        original_exec = loader.exec_module
+
+        def exec_module(module):
+            try:
+                original_exec(module)
+            finally:
+                try:
+                    del loader.exec_module  # the instance attribute set below; the class's stays
+                except AttributeError:
+                    pass
+            try:
+                patch(module)
+            except Exception as exc:  # observing must never break `import torch`
+                _warn(f"could not instrument DataLoaders: {exc!r}")
+
+        try:
+            loader.exec_module = exec_module  # this loader instance serves this one module only
+        except AttributeError:
+            return None
+        return spec
+
+
+def _remove_finder() -> None:
+    sys.meta_path[:] = [f for f in sys.meta_path if not isinstance(f, _DataLoaderFinder)]
+
+
+def install() -> bool:
+    """Patch DataLoader now if torch's dataloader module is loaded, else when it is imported.
+    Returns False when disabled by LOADERTOP_DISABLE. Idempotent."""
+    if disabled():
+        return False
+    module = sys.modules.get(TARGET)
+    if module is not None:
+        patch(module)
+        return True
+    if not any(isinstance(f, _DataLoaderFinder) for f in sys.meta_path):
+        sys.meta_path.insert(0, _DataLoaderFinder())
+    return True
+
+
+def patch(module) -> bool:
+    """Replace `module.DataLoader.__iter__` with the instrumenting one; False if already done or
+    the class is not what we know (then DataLoaders simply stay uninstrumented)."""
+    cls = getattr(module, "DataLoader", None)
+    original = cls.__dict__.get("__iter__") if isinstance(cls, type) else None
+    if original is None or getattr(original, "_loadertop_original", None) is not None:
+        return False
+
+    def __iter__(self):
+        return _instrumented(self, original)
+
+    __iter__.__name__ = original.__name__
+    __iter__.__qualname__ = getattr(original, "__qualname__", "DataLoader.__iter__")
+    __iter__.__doc__ = original.__doc__
+    __iter__.__wrapped__ = original
+    __iter__._loadertop_original = original
+    cls.__iter__ = __iter__
+    return True
+
+
+def unpatch(module) -> None:
+    """Restore the original `__iter__` (tests)."""
+    cls = getattr(module, "DataLoader", None)
+    current = cls.__dict__.get("__iter__") if isinstance(cls, type) else None
+    original = getattr(current, "_loadertop_original", None)
+    if original is not None:
+        cls.__iter__ = original
+
+
+def apply_rank_port(environ=os.environ) -> None:
+    """`run --listen tcp://H:P` over torchrun: every local rank would bind the same port, so
+    rank N listens on P+N (LOCAL_RANK). Idempotent in the rank's own children, which inherit the
+    already-offset variable: the offset is always applied to the remembered base."""
+    local_rank = environ.get("LOCAL_RANK", "")
+    if not local_rank.isdigit():
+        return
+    base = environ.get(ENV_PORT_BASE) or environ.get("LOADERTOP_ENDPOINT", "")
+    if not base.startswith("tcp://"):
+        return
+    host, _, port = base[len("tcp://"):].rpartition(":")
+    if not host or not port.isdigit() or int(port) == 0:
+        return  # port 0 / wildcard: each rank gets its own port anyway
+    environ[ENV_PORT_BASE] = base
+    environ["LOADERTOP_ENDPOINT"] = f"tcp://{host}:{int(port) + int(local_rank)}"
+
+
+# ---------------------------------------------------------------------------- iterating
+def _instrumented(loader, original):
+    probe = _probe or _load_probe()
+    if probe is None or getattr(probe._inside, "active", False):
+        return original(loader)  # loadertop.instrument's proxy is iterating: it measures
+    try:
+        entry = _records.get(loader)
+    except TypeError:  # a subclass that is unhashable: leave it alone
+        return original(loader)
+    pid = os.getpid()
+    if entry is None or (entry is not _SKIP and entry[0] != pid):  # new, or inherited over fork
+        entry = _register(loader, probe, sys._getframe(2))
+    if entry is _SKIP:
+        return original(loader)
+    _, record, endpoint = entry
+    return probe.instrumented_iter(loader, record, endpoint, original_iter=original)
+
+
+def _load_probe():
+    global _probe
+    try:
+        from loadertop.probe import loader as probe
+    except Exception as exc:
+        _warn(f"DataLoaders are not instrumented: {exc!r}")
+        return None
+    _probe = probe
+    return probe
+
+
+def _in_dataloader_worker() -> bool:
+    try:
+        from torch.utils.data import get_worker_info
+
+        return get_worker_info() is not None
+    except Exception:
+        return False
+
+
+def _register(loader, probe, frame):
+    """Once per loader (per process): its record, found or created; _SKIP when not measured."""
+    with _lock:
+        entry = _records.get(loader)
+        if entry is not None and (entry is _SKIP or entry[0] == os.getpid()):
+            return entry
+        entry = _SKIP
+        try:
+            if not disabled() and not _in_dataloader_worker():
+                entry = _find_or_create(loader, probe, frame)
+        except Exception as exc:  # never let observing break training
+            probe.warn_once(f"instrumentation disabled for a DataLoader: {exc!r}")
+            entry = _SKIP
+        try:
+            _records[loader] = entry
+        except TypeError:
+            pass
+        return entry
+
+
+def _find_or_create(loader, probe, frame):
+    pid = os.getpid()
+    publisher = probe.get_publisher(None)
+    # Registered already by loadertop.instrument (and now iterated without its proxy): the same
+    # record, so it is one source, counted once.
+    with publisher._records_lock:
+        records = list(publisher.records)
+    for record in records:
+        ref = getattr(record, "_loader_ref", None)
+        if ref is not None and ref() is loader:
+            return (pid, record, publisher.worker_endpoint)
+    site = _call_site(frame)
+    key = (pid,) + site if site else None
+    if key is not None:
+        previous = _by_call_site.get(key)
+        if previous is not None and previous._loader_ref() is None:
+            # The loader made here before has died: this one takes over its source.
+            previous._loader_ref = weakref.ref(loader)
+            return (pid, previous, publisher.worker_endpoint)
+    record = publisher.register(loader, publisher.unique_name(guess_name(loader, frame)))
+    if key is not None:
+        _by_call_site[key] = record
+    return (pid, record, publisher.worker_endpoint)
+
+
+# ---------------------------------------------------------------------------- naming
+def _is_ours(filename: str) -> bool:
+    """Frames of torch or of loadertop's probe never name a user's loader."""
+    return filename.startswith(_library_dirs())
+
+
+_LIBRARY_DIRS: tuple[str, ...] | None = None
+
+
+def _library_dirs() -> tuple[str, ...]:
+    global _LIBRARY_DIRS
+    if _LIBRARY_DIRS is None:
+        dirs = [os.path.dirname(os.path.abspath(__file__)) + os.sep]
+        torch = sys.modules.get("torch")
+        if torch is not None and getattr(torch, "__file__", None):
+            dirs.append(os.path.dirname(os.path.abspath(torch.__file__)) + os.sep)
+        _LIBRARY_DIRS = tuple(dirs)
+    return _LIBRARY_DIRS
+
+
+def _user_frames(frame):
+    depth = 0
+    while frame is not None and depth < _NAME_SEARCH_FRAMES:
+        if not _is_ours(frame.f_code.co_filename):
+            yield frame
+        frame = frame.f_back
+        depth += 1
+
+
+def _call_site(frame) -> tuple | None:
+    for f in _user_frames(frame):
+        return (f.f_code.co_filename, f.f_lineno)
+    return None
+
+
+def guess_name(loader, frame) -> str | None:
+    """The variable the caller holds the loader in: a local, an attribute of the caller's `self`
+    (`self.train_loader`), or a global — looked up once per loader, from the frame iterating it.
+    None (then loader0, loader1, …) when no such name is found."""
+    for f in _user_frames(frame):
+        try:
+            local_items = list(f.f_locals.items())
+        except Exception:
+            local_items = []
+        for name, value in local_items:
+            if value is loader and _usable(name):
+                return name
+        owner = next((v for k, v in local_items if k == "self"), None)
+        if owner is not None and owner is not loader:
+            try:
+                attrs = list(vars(owner).items())
+            except Exception:
+                attrs = []
+            for name, value in attrs:
+                if value is loader and _usable(name):
+                    return name.lstrip("_") or name
+        try:
+            global_items = list(f.f_globals.items())
+        except Exception:
+            global_items = []
+        for name, value in global_items:
+            if value is loader and _usable(name):
+                return name
+    return None
+
+
+def _usable(name: str) -> bool:
+    return isinstance(name, str) and name.isidentifier() and name not in _GENERIC_NAMES \
+        and not name.startswith("__") and len(name) <= 64
+
+
+def _warn(message: str) -> None:
+    try:
+        from loadertop.probe.publisher import warn_once
+
+        warn_once(message)
+    except Exception:
+        print(f"loadertop: {message}", file=sys.stderr, flush=True)

@@ -1,0 +1,123 @@
+"""Datasets shared by the workloads and the in-process tests.
+
+Kept importable by module name (no classes in ``__main__`` or in test modules) so that ``spawn``
+and ``forkserver`` workers can unpickle them.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+import torch
+from torch.utils.data import Dataset, IterableDataset, get_worker_info
+
+KINDS = ("sleep", "cpu", "cheap", "hang", "exit", "raise")
+
+
+def burn_cpu(ms: float) -> None:
+    """Spin until this thread has used `ms` of CPU time (not wall time: contention-proof)."""
+    if ms <= 0:
+        return
+    end = time.thread_time() + ms / 1000.0
+    x = 0
+    while time.thread_time() < end:
+        for _ in range(200):
+            x += 1
+
+
+def _record_pid(piddir: str | None, seen: dict) -> None:
+    """Write `<worker id>.<pid>` once per worker process, so a test knows the workers' pids."""
+    if not piddir:
+        return
+    pid = os.getpid()
+    if seen.get("pid") == pid:
+        return
+    seen["pid"] = pid
+    info = get_worker_info()
+    wid = info.id if info is not None else "main"
+    path = os.path.join(piddir, f"{wid}.{pid}")
+    with open(path + ".tmp", "w") as fh:
+        fh.write(str(pid))
+    os.replace(path + ".tmp", path)
+
+
+class WorkloadDataset(Dataset):
+    """Map-style; per sample: sleep (I/O-like), burn CPU, nothing, or misbehave at `bad_index`.
+
+    kind: sleep | cpu | cheap (per-sample cost `ms`), hang (sleep forever from `bad_index` on),
+    exit (``os._exit(exit_code)`` at `bad_index`), raise (ValueError at `bad_index`).
+    """
+
+    def __init__(self, kind: str = "cheap", ms: float = 0.0, length: int = 10**7,
+                 bad_index: int | None = None, exit_code: int = 3, piddir: str | None = None,
+                 payload: int = 1) -> None:
+        assert kind in KINDS, kind
+        self.kind, self.ms, self.length = kind, ms, length
+        self.bad_index, self.exit_code, self.piddir = bad_index, exit_code, piddir
+        self.payload = payload
+        self._seen: dict = {}
+
+    def __len__(self) -> int:
+        return self.length
+
+    def __getitem__(self, i: int):
+        _record_pid(self.piddir, self._seen)
+        bad = self.bad_index is not None and i >= self.bad_index
+        if self.kind == "sleep" or (self.kind in ("hang", "exit", "raise") and self.ms > 0):
+            time.sleep(self.ms / 1000.0)
+        elif self.kind == "cpu":
+            burn_cpu(self.ms)
+        if bad and self.kind == "hang":
+            while True:
+                time.sleep(3600)
+        if bad and self.kind == "exit":
+            os._exit(self.exit_code)
+        if bad and self.kind == "raise":
+            raise ValueError(f"bad sample {i}")
+        if self.payload == 1:
+            return torch.tensor([i])
+        return torch.full((self.payload,), i, dtype=torch.int64)
+
+
+class SquareDataset(Dataset):
+    """Deterministic map-style data; `tag` is returned so a worker_init_fn effect is visible."""
+
+    def __init__(self, n: int = 37, fail_at: int | None = None, exc_type: type = ValueError) -> None:
+        self.n, self.fail_at, self.exc_type = n, fail_at, exc_type
+        self.tag = 0
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, i: int):
+        if self.fail_at is not None and i == self.fail_at:
+            raise self.exc_type(f"sample {i} is broken")
+        return {"x": torch.tensor([i, i * i], dtype=torch.float32), "y": i % 3, "tag": self.tag}
+
+
+class RangeIterable(IterableDataset):
+    """Iterable data split across workers by worker id (so the batches are deterministic)."""
+
+    def __init__(self, n: int = 41, fail_at: int | None = None) -> None:
+        self.n, self.fail_at = n, fail_at
+
+    def __iter__(self):
+        info = get_worker_info()
+        start, step = (0, 1) if info is None else (info.id, info.num_workers)
+        for i in range(start, self.n, step):
+            if self.fail_at is not None and i == self.fail_at:
+                raise KeyError(f"sample {i} is missing")
+            yield torch.tensor([i, -i])
+
+
+def set_tag(worker_id: int) -> None:
+    """A user worker_init_fn with a visible effect: every sample this worker returns is tagged."""
+    info = get_worker_info()
+    info.dataset.tag = 100 + worker_id
+
+
+def pair_collate(batch):
+    """A custom collate_fn: (stacked x, list of y, sum of tags)."""
+    xs = torch.stack([b["x"] for b in batch])
+    return xs, [b["y"] for b in batch], sum(b["tag"] for b in batch)

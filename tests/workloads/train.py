@@ -1,0 +1,149 @@
+"""A small, parameterised training job for the end-to-end tests.
+
+    python tests/workloads/train.py --kind sleep --ms 5 --workers 2 --batch-size 4 \
+        --step-ms 10 --duration 8 --status /tmp/ltX/status.json --piddir /tmp/ltX/pids
+
+It iterates an instrumented DataLoader over `lt_data.WorkloadDataset` and tells the test what it
+knows, in `--status` (a JSON file replaced atomically, at most every 50 ms and at every change of
+phase): its pid, batches received so far, when the last one arrived, the phase (`starting`,
+`running`, `error`, `done`), the error text when the loop raised. Worker pids are written by the
+dataset itself into `--piddir` as `<worker id>.<pid>`.
+
+Kinds (per sample): sleep (I/O-like), cpu (burn CPU), cheap (nothing), hang (sleep forever from
+batch `--after` on), exit (``os._exit(--exit-code)`` from batch `--after` on), raise (ValueError).
+`--kill-worker-after N`: after N batches the loop SIGKILLs worker 0 itself.
+When the loop raises, the error is recorded and the process stays alive `--idle-after-error` s
+(so a viewer can see the dead worker), then exits 0. `--end` says how to finish: normal (exit 0),
+raise (an uncaught exception), sleep (stay alive until killed).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import torch  # noqa: E402
+from torch.utils.data import DataLoader  # noqa: E402
+
+import loadertop  # noqa: E402
+from lt_data import WorkloadDataset, burn_cpu  # noqa: E402
+
+
+def parse(argv=None):
+    p = argparse.ArgumentParser()
+    p.add_argument("--kind", default="cheap")
+    p.add_argument("--ms", type=float, default=0.0, help="per-sample cost (sleep or CPU)")
+    p.add_argument("--workers", type=int, default=2)
+    p.add_argument("--batch-size", type=int, default=4)
+    p.add_argument("--payload", type=int, default=1, help="elements per sample tensor")
+    p.add_argument("--step-ms", type=float, default=0.0, help="sleep this long per step")
+    p.add_argument("--busy-step-ms", type=float, default=0.0, help="burn CPU this long per step")
+    p.add_argument("--duration", type=float, default=10.0, help="stop iterating after S seconds")
+    p.add_argument("--batches", type=int, default=0, help="stop after N batches (0: no limit)")
+    p.add_argument("--after", type=int, default=0, help="hang/exit/raise from this batch on")
+    p.add_argument("--exit-code", type=int, default=3)
+    p.add_argument("--kill-worker-after", type=int, default=0)
+    p.add_argument("--idle-after-error", type=float, default=0.0)
+    p.add_argument("--end", choices=("normal", "raise", "sleep"), default="normal")
+    p.add_argument("--name", default="train")
+    p.add_argument("--context", default=None, help="multiprocessing context (fork, spawn, ...)")
+    p.add_argument("--persistent", action="store_true")
+    p.add_argument("--plain", action="store_true", help="do not instrument")
+    p.add_argument("--status", default=None)
+    p.add_argument("--piddir", default=None)
+    return p.parse_args(argv)
+
+
+class Status:
+    def __init__(self, path: str | None) -> None:
+        self.path = path
+        self.doc = {"pid": os.getpid(), "phase": "starting", "batches": 0, "last_batch_at": None,
+                    "started_at": time.time(), "error": None, "error_type": None}
+        self._written = 0.0
+        self.write(force=True)
+
+    def write(self, force: bool = False, **changes) -> None:
+        self.doc.update(changes)
+        if not self.path:
+            return
+        now = time.monotonic()
+        if not force and now - self._written < 0.05:
+            return
+        self._written = now
+        self.doc["t"] = time.time()
+        tmp = self.path + ".tmp"
+        with open(tmp, "w") as fh:
+            json.dump(self.doc, fh)
+        os.replace(tmp, self.path)
+
+
+def worker_pid(piddir: str, worker_id: int, deadline_s: float = 5.0) -> int:
+    end = time.monotonic() + deadline_s
+    while time.monotonic() < end:
+        for name in os.listdir(piddir):
+            wid, _, pid = name.partition(".")
+            if wid == str(worker_id) and pid.isdigit():
+                return int(pid)
+        time.sleep(0.01)
+    raise RuntimeError(f"worker {worker_id} never wrote its pid")
+
+
+def main(argv=None) -> int:
+    args = parse(argv)
+    torch.set_num_threads(1)
+    status = Status(args.status)
+    if args.piddir:
+        os.makedirs(args.piddir, exist_ok=True)
+    bad_index = args.after * args.batch_size if args.kind in ("hang", "exit", "raise") else None
+    ds = WorkloadDataset(args.kind, args.ms, bad_index=bad_index, exit_code=args.exit_code,
+                         piddir=args.piddir, payload=args.payload)
+    kwargs = {}
+    if args.workers > 0:
+        kwargs["persistent_workers"] = args.persistent
+        if args.context:
+            kwargs["multiprocessing_context"] = args.context
+    loader = DataLoader(ds, batch_size=args.batch_size, num_workers=args.workers, **kwargs)
+    if not args.plain:
+        loader = loadertop.instrument(loader, name=args.name)
+    end_at = time.monotonic() + args.duration
+    n = 0
+    status.write(force=True, phase="running")
+    try:
+        for _batch in loader:
+            n += 1
+            status.write(batches=n, last_batch_at=time.time())
+            if args.kill_worker_after and n == args.kill_worker_after:
+                status.write(force=True)
+                os.kill(worker_pid(args.piddir, 0), signal.SIGKILL)
+            if args.step_ms > 0:
+                time.sleep(args.step_ms / 1000.0)
+            if args.busy_step_ms > 0:
+                burn_cpu(args.busy_step_ms)
+            if time.monotonic() >= end_at or (args.batches and n >= args.batches):
+                break
+    except RuntimeError as exc:  # torch's "DataLoader worker ... exited unexpectedly" and kin
+        status.write(force=True, phase="error", error=str(exc), error_type=type(exc).__name__,
+                     batches=n)
+        print(json.dumps({"error": str(exc)}), flush=True)
+        end = time.monotonic() + args.idle_after_error
+        while time.monotonic() < end:
+            time.sleep(0.05)
+        return 0
+    status.write(force=True, phase="done", batches=n)
+    print(json.dumps({"pid": os.getpid(), "batches": n}), flush=True)
+    if args.end == "raise":
+        raise SystemError("workload ends with an exception")
+    if args.end == "sleep":
+        while True:
+            time.sleep(1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
