@@ -164,6 +164,22 @@ class Workload:
                 out.setdefault(key, set()).add(int(pid))
         return out
 
+    def fetch_clock(self) -> dict:
+        """{worker id: {"wall_ns", "cpu_ns", "n", "t", "pid"}}: the dataset's own cumulative
+        measure of time spent in __getitem__ (see lt_data._FetchClock)."""
+        out: dict = {}
+        for name in os.listdir(self.piddir):
+            if not (name.startswith("t") and name.endswith(".json")):
+                continue
+            wid, _, pid = name[1:-len(".json")].partition(".")
+            try:
+                doc = json.loads((self.piddir / name).read_text())
+            except (OSError, ValueError):
+                continue
+            doc["pid"] = int(pid)
+            out[int(wid) if wid.isdigit() else wid] = doc
+        return out
+
     def stdout(self) -> str:
         self._out.flush()
         return (self.work / "stdout").read_text(errors="replace")
@@ -274,6 +290,14 @@ def snapshot(directory: Path | str, *endpoints: str, seconds: float = 3.0, as_js
              env: dict | None = None):
     """Run `loadertop snapshot` to completion: (returncode, document or None, stdout, stderr)."""
     return SnapshotRun(directory, *endpoints, seconds=seconds, as_json=as_json, env=env).result()
+
+
+def measured_cpu_fraction(before: dict, after: dict, worker) -> float | None:
+    """CPU / wall time the dataset itself measured in one worker between two `fetch_clock()`s."""
+    a, b = before.get(worker), after.get(worker)
+    if not a or not b or a["pid"] != b["pid"] or b["wall_ns"] <= a["wall_ns"]:
+        return None
+    return (b["cpu_ns"] - a["cpu_ns"]) / (b["wall_ns"] - a["wall_ns"])
 
 
 def source_of(doc: dict, pid: int) -> dict:

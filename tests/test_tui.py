@@ -426,3 +426,36 @@ def test_fake_documents_are_complete(builder):
                     "started_at", "age_s", "dropped", "probe_cpu_fraction", "blocked_ms", "loop"):
             assert key in src, key
     assert builder() == copy.deepcopy(doc)  # deterministic
+
+
+# --------------------------------------------------------------------------- before any data
+
+
+def test_waiting_for_data_is_not_called_disconnected_and_shows_the_note():
+    endpoint = "ipc:///tmp/loadertop-demo/demo.sock"
+
+    async def body(app, pilot):
+        header, banner = text_of(app.query_one(HeaderBar)), text_of(app.query_one(Banner))
+        assert "waiting for data" in header and "disconnected" not in header
+        assert endpoint in header
+        assert banner.startswith("WAITING FOR DATA") and "IDLE" not in banner
+        assert "demo phase 1/4" in header  # the app's note line
+        app.feed.push(ff.healthy_doc())
+        app.tick()
+        await pilot.pause()
+        assert "WAITING" not in text_of(app.query_one(Banner))
+
+    run(body, make_app(ff.waiting_doc(endpoint), note=lambda: "demo phase 1/4: healthy"))
+
+
+def test_two_processes_with_the_same_loader_name_are_told_apart_by_host_pid():
+    a = ff.source(name="train", pid=1111, host="node-a")
+    b = ff.source(name="train", pid=2222, host="node-a")
+    b["id"] = "node-a:2222:train"
+    doc = ff.document([a, b])
+
+    async def body(app, pilot):
+        header = text_of(app.query_one(HeaderBar))
+        assert "train node-a:1111" in header and "train node-a:2222" in header
+
+    run(body, make_app(doc))

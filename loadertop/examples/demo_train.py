@@ -11,14 +11,22 @@ io         every sample waits 4 ms (storage latency), 2        ``input_bound_io`
            workers, 10 ms step
 cpu        every sample burns 4 ms of CPU, 1 worker, a core    ``input_bound_cpu``
            left idle, 10 ms step
-saturated  every sample burns 4 ms of CPU, 3 workers, and the  ``cpu_saturated``
-           loop itself computes (8 ms of CPU per step)
+saturated  every sample burns 4 ms of CPU, 3 workers (at nice   ``cpu_saturated``
+           10), a busy loop: 2 ms of CPU + 4 ms per step
 =========  =================================================  =====================
+
+The expected diagnoses hold on an otherwise idle 2-core machine (checked with `loadertop snapshot
+--json` in each phase); other load on the machine pushes the later phases towards cpu_saturated.
 
 Each phase is one pass ("epoch") over the loader, cut short when the phase's time is up: the
 dataset's ``mode`` and the loader's ``num_workers`` are set before ``iter()``, so the fresh
 workers (forked per epoch: no ``persistent_workers``) see the new behaviour. A small "val"
 loader (``num_workers=0``) runs for half a second at the end of every phase, as a second source.
+
+Why the saturated phase renices its workers: with more runnable processes than cores, the main
+process waits for a core too, and batches pile up while it does — the loop then waits *although
+batches are ready*, which loadertop rightly calls ``main_process_bound``. Workers at a lower priority
+leave the loop a core whenever it wants one, so the workers are the limit and every core is busy.
 
 The job starts iterating at once (only torch is imported first) so a viewer has data within
 about two seconds. It exits on SIGTERM or SIGINT (cleanly: workers stopped, viewers told), after
@@ -55,13 +63,15 @@ class Phase(NamedTuple):
     sample: str  # dataset mode: "cheap" | "io" | "cpu"
     step_sleep_s: float  # the training step: time off the CPU (a GPU would be busy here) ...
     step_cpu_s: float  # ... and CPU burnt by the loop itself
+    worker_nice: int = 0  # niceness added in each worker
 
 
 PHASES = (
     Phase("healthy", "healthy (compute-bound)", "compute_bound", 2, "cheap", 0.050, 0.0),
     Phase("io", "I/O-bound (slow storage)", "input_bound_io", 2, "io", 0.010, 0.0),
     Phase("cpu", "CPU-bound (1 worker, a core idle)", "input_bound_cpu", 1, "cpu", 0.010, 0.0),
-    Phase("saturated", "CPU saturated (3 workers + busy loop)", "cpu_saturated", 3, "cpu", 0.004, 0.002),
+    Phase("saturated", "CPU saturated (3 workers + busy loop)", "cpu_saturated", 3, "cpu", 0.004, 0.002,
+          worker_nice=10),
 )
 PHASE_NAMES = tuple(p.name for p in PHASES)
 
@@ -73,6 +83,16 @@ def burn_cpu(seconds: float) -> None:
     while time.thread_time() < end:
         for _ in range(200):
             x = x * 1.0000001 + 1e-9
+
+
+class _Renice:
+    """worker_init_fn: lower the worker's priority (a class, so spawn could pickle it)."""
+
+    def __init__(self, increment: int) -> None:
+        self.increment = increment
+
+    def __call__(self, worker_id: int) -> None:
+        os.nice(self.increment)
 
 
 def make_dataset_class():
@@ -94,7 +114,9 @@ def make_dataset_class():
                 time.sleep(IO_WAIT_PER_SAMPLE_S)  # a read from slow storage or the network
             elif self.mode == "cpu":
                 burn_cpu(CPU_PER_SAMPLE_S)  # decoding and augmentation
-            return torch.full((3, 16, 16), float(index % 251)), index % 10
+            # One tensor per sample: each tensor of a batch costs the main process a shared-memory
+            # handle to receive (~1 ms here), and the demo's "model" needs no labels.
+            return torch.full((3, 16, 16), float(index % 251))
 
     return DemoDataset
 
@@ -144,7 +166,8 @@ class Job:
             self.write_phase(index % len(phases), len(phases), phase, started, ends)
             dataset.mode = phase.sample
             train.num_workers = phase.num_workers  # read by iter(): this epoch's fresh workers
-            for images, _labels in train:
+            train.worker_init_fn = _Renice(phase.worker_nice) if phase.worker_nice else None
+            for images in train:
                 (images.flatten(1) @ weights).sum()  # the "model"
                 if phase.step_cpu_s:
                     burn_cpu(phase.step_cpu_s)
@@ -153,7 +176,7 @@ class Job:
                 if time.time() >= ends - VAL_SECONDS or self.should_stop():
                     break
             val_end = time.time() + VAL_SECONDS
-            for images, _labels in val:
+            for images in val:
                 (images.flatten(1) @ weights).sum()
                 time.sleep(0.01)  # the evaluation step
                 if time.time() >= val_end or self.should_stop():

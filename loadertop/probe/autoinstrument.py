@@ -79,6 +79,8 @@ class _DataLoaderFinder:
                     del loader.exec_module  # the instance attribute set below; the class's stays
                 except AttributeError:
                     pass
+            if getattr(module, "__name__", None) != TARGET:
+                return  # a loader shared by several modules (a zip): only ours is patched
             try:
                 patch(module)
             except Exception as exc:  # observing must never break `import torch`

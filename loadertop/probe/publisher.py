@@ -99,6 +99,7 @@ class Publisher:
         self._thread: threading.Thread | None = None
         self._system = None
         self._system_msg = None
+        self._curve = None  # loadertop.remote.CurveServer when LOADERTOP_CURVE_SECRET is set
 
     # ------------------------------------------------------------ training thread side
     def unique_name(self, name: str | None) -> str:
@@ -137,6 +138,15 @@ class Publisher:
         # at its next import of that module (seen with `import zmq` in a forked worker).
         import zmq  # noqa: F401
 
+        from loadertop import remote
+
+        try:
+            self._curve = remote.curve_server_from_env()  # imports zmq.auth here, see above
+        except remote.CurveConfigError as exc:  # never fall back to plaintext
+            self.failed = str(exc)
+            self.worker_endpoint = None
+            warn_once(f"{self.failed}; training continues unobserved")
+            return
         try:
             from loadertop.probe.system_feed import SystemFeed
 
@@ -180,12 +190,16 @@ class Publisher:
             self.failed = str(exc)
             return
         ctx = zmq.Context()  # our own, never the global instance the user may also use
-        pub = pull = None
+        pub = pull = auth = None
         try:
             pub = ctx.socket(zmq.XPUB)
             pub.setsockopt(zmq.XPUB_VERBOSE, 1)  # see every subscribe, not only the first
             pub.setsockopt(zmq.SNDHWM, SNDHWM)
             pub.setsockopt(zmq.LINGER, 0)
+            if self._curve is not None:
+                from loadertop import remote
+
+                auth = remote.start_curve_server(ctx, pub, self._curve)
             try:
                 pub.bind(self.endpoint)
             except zmq.ZMQError as exc:
@@ -222,6 +236,8 @@ class Publisher:
             for sock in (pub, pull):
                 if sock is not None:
                     sock.close(linger=CLOSE_LINGER_MS if sock is pub else 0)
+            if auth is not None:
+                auth.stop()
             ctx.term()
             self._remove_files()
 
@@ -254,8 +270,9 @@ class Publisher:
                     record.sample_workers()
                 self._send_system(zmq, pub)
                 cpu, wall = time.thread_time(), clock()
-                probe_cpu = (cpu - cpu_mark) / (wall - wall_mark) if wall > wall_mark else None
-                cpu_mark, wall_mark = cpu, wall
+                if wall - wall_mark >= SLOW_S / 2:  # the first tick comes at once: no figure yet
+                    probe_cpu = (cpu - cpu_mark) / (wall - wall_mark)
+                    cpu_mark, wall_mark = cpu, wall
             if now >= next_report or self._send_now:
                 self._send_now = False
                 next_report = now + REPORT_S

@@ -8,6 +8,7 @@ workers) is computed here on the publisher thread.
 
 from __future__ import annotations
 
+import operator
 import os
 import time
 import weakref
@@ -74,6 +75,14 @@ class LoaderRecord:
     def attach(self, iterator) -> None:
         """A new epoch's iterator: called from the loader's __iter__, never per batch."""
         self._iterator_ref = _weak(iterator)
+        # torch starts the workers in the iterator's __init__: remember them now, not at the next
+        # 1 Hz sample, or a worker that dies (and takes the iterator with it) within the first
+        # second of an epoch is never reported dead.
+        try:
+            self._worker_procs = torch_internals.worker_pids(iterator)
+        except Exception:
+            pass
+        self._worker_status = {}  # the previous epoch's workers are not this epoch's
         loader = self._loader_ref() if self._loader_ref else None
         if loader is not None:
             try:
@@ -91,8 +100,8 @@ class LoaderRecord:
         self._batches = 0
         self._wait_ns = 0
         self._step_ns = 0
-        self._wait_us: list[int] = []
-        self._step_us: list[int] = []
+        self._wait_samples: list[int] = []  # ns, converted to µs once decimated, at report time
+        self._step_samples: list[int] = []
         self._q_samples = 0
         self._q_ready_sum = 0
         self._q_flight_sum = 0
@@ -104,16 +113,57 @@ class LoaderRecord:
         self._loop_cpu = 0
 
     def drain(self) -> None:
-        """Turn the training thread's stamps into waits and steps."""
+        """Turn the training thread's stamps into waits and steps.
+
+        At tens of thousands of batches a second this runs on the publisher thread while holding
+        the GIL the training loop also needs, so the steady case (alternating t0, -t1) is done in
+        bulk with C-level builtins (slicing, map, sum); only chunks holding an epoch mark, an
+        exception exit or an overflow gap take the per-stamp loop.
+        """
         events = self.events
-        if len(events) == EVENTS_MAXLEN:
-            self.dropped += 1  # the deque may have overflowed: samples were lost
-        start = self._interval_start_ns
-        while events:
-            try:
-                stamp = events.popleft()
-            except IndexError:
-                break
+        n = len(events)
+        if n:
+            if n == EVENTS_MAXLEN:
+                self.dropped += 1  # the deque may have overflowed: samples were lost
+            pop = events.popleft
+            chunk = [pop() for _ in range(n)]
+            if EPOCH_MARK in chunk or 0 in chunk or not self._drain_alternating(chunk):
+                self._drain_each(chunk)
+        loop = self.loop_samples
+        while loop:
+            wall, cpu = loop.popleft()
+            self._loop_us.append(wall // 1000)
+            self._loop_wall += wall
+            self._loop_cpu += cpu
+
+    def _drain_alternating(self, chunk: list[int]) -> bool:
+        """Bulk path for [t0, -t1, t0, -t1, ...]; False (nothing consumed) if the chunk isn't so."""
+        pending = self.in_next_since
+        stamps = [pending, *chunk] if pending is not None else chunk
+        trailing = stamps[-1] if len(stamps) % 2 else None  # a loop inside next() right now
+        body = stamps[:-1] if trailing is not None else stamps
+        t0s, exits = body[0::2], body[1::2]
+        if trailing is not None and trailing <= 0:
+            return False
+        if t0s and (min(t0s) <= 0 or max(exits) >= 0):
+            return False
+        self.in_next_since = trailing
+        if not t0s:
+            return True
+        t1s = list(map(operator.neg, exits))
+        waits = list(map(operator.sub, t1s, t0s))
+        steps = list(map(operator.sub, t0s[1:], t1s[:-1]))
+        if self._prev_t1 is not None and t0s[0] >= self._prev_t1:
+            steps.insert(0, t0s[0] - self._prev_t1)
+        self._prev_t1 = t1s[-1]
+        self._record(waits, steps, t0s[0])
+        return True
+
+    def _drain_each(self, chunk: list) -> None:
+        waits: list[int] = []
+        steps: list[int] = []
+        first_t0 = None
+        for stamp in chunk:
             if stamp is EPOCH_MARK:
                 self._prev_t1 = None  # the gap between epochs is not a training step
                 self.in_next_since = None
@@ -123,27 +173,30 @@ class LoaderRecord:
             elif stamp < 0 and self.in_next_since is not None:
                 t0, t1 = self.in_next_since, -stamp
                 self.in_next_since = None
-                self._batches += 1
-                self.batches_total += 1
-                self._wait_us.append((t1 - t0) // 1000)
-                # Wall-clock attribution: only the part of this wait inside this interval counts
-                # (the earlier part was counted as "blocked now" by the previous report).
-                self._wait_ns += t1 - max(t0, start)
+                if first_t0 is None:
+                    first_t0 = t0
+                waits.append(t1 - t0)
                 if self._prev_t1 is not None and t0 >= self._prev_t1:
-                    self._step_us.append((t0 - self._prev_t1) // 1000)
-                    self._step_ns += t0 - self._prev_t1
+                    steps.append(t0 - self._prev_t1)
                 self._prev_t1 = t1
             else:  # left next() by an exception (or an exit whose entry was lost)
                 self.in_next_since = None
-        loop = self.loop_samples
-        while loop:
-            try:
-                wall, cpu = loop.popleft()
-            except IndexError:
-                break
-            self._loop_us.append(wall // 1000)
-            self._loop_wall += wall
-            self._loop_cpu += cpu
+        if waits:
+            self._record(waits, steps, first_t0)
+
+    def _record(self, waits_ns: list[int], steps_ns: list[int], first_t0: int) -> None:
+        self._batches += len(waits_ns)
+        self.batches_total += len(waits_ns)
+        wait_ns = sum(waits_ns)
+        # Wall-clock attribution: of a wait that began before this interval only the part inside
+        # it counts (the earlier part was reported as "blocked now" by the previous report).
+        early = self._interval_start_ns - first_t0
+        if early > 0:
+            wait_ns -= min(early, waits_ns[0])
+        self._wait_ns += wait_ns
+        self._step_ns += sum(steps_ns)
+        self._wait_samples.extend(waits_ns)
+        self._step_samples.extend(steps_ns)
 
     def sample_queue(self) -> None:
         """One queue-depth sample (publisher thread, ~50 Hz)."""
@@ -239,7 +292,8 @@ class LoaderRecord:
             sent_at=sent_at, interval_s=min(3600.0, max(0, now_ns - start) / 1e9),
             config=self.config, epoch=self.epoch, batches=self._batches,
             batches_total=self.batches_total, wait_ns=wait_ns, step_ns=self._step_ns,
-            wait_us=wire.decimate(self._wait_us), step_us=wire.decimate(self._step_us),
+            wait_us=_micros(wire.decimate(self._wait_samples)),
+            step_us=_micros(wire.decimate(self._step_samples)),
             blocked_ms=blocked_ms, queue=queue, workers=workers,
             loop_fetch_us=wire.decimate(self._loop_us), loop_fetch_wall_ns=self._loop_wall,
             loop_fetch_cpu_ns=self._loop_cpu, dropped=dropped,
@@ -254,7 +308,8 @@ class LoaderRecord:
 
     def _worker_reports(self) -> list[wire.WorkerReport]:
         out = []
-        for wid in sorted(set(self._worker_status) | set(self._workers)):
+        ids = set(self._worker_status) | set(self._workers)
+        for wid in sorted(i for i in ids if i < self.config.num_workers):
             acc = self._workers.get(wid) or _WorkerAccum()
             pid, alive, exitcode, cpu, rss = self._worker_status.get(
                 wid, (acc.pid, None, None, None, None))
@@ -271,6 +326,10 @@ class LoaderRecord:
                            batches_total=self.batches_total)
         self.seq += 1
         return msg
+
+
+def _micros(samples_ns: list[int]) -> list[int]:
+    return [v // 1000 for v in samples_ns]
 
 
 def _weak(obj):

@@ -1,9 +1,11 @@
 """Defensive readers of torch DataLoader iterator internals, called only off the hot path.
 
-These are private torch attributes. Checked against torch 2.1 – 2.13 (`dataloader.py`:
-`_MultiProcessingDataLoaderIter`), where they have the same names and meaning. Every reader
-returns None rather than raising when a torch version lacks an attribute, so a torch upgrade
-degrades a figure to `null` instead of crashing training.
+These are private torch attributes of `_MultiProcessingDataLoaderIter` (`dataloader.py`):
+`_num_workers`, `_prefetch_factor`, `_tasks_outstanding`, `_data_queue`, `_worker_result_queue`,
+`_task_info`, `_pin_memory`, `_shutdown`, `_workers`. Checked on torch 2.13.0, the version this
+project tests with; older 2.x releases are expected but not verified here. Every reader returns
+None rather than raising when a torch version lacks an attribute, so a torch change degrades a
+figure to `null` instead of crashing training.
 """
 
 from __future__ import annotations

@@ -38,6 +38,7 @@ from loadertop.viewer.widgets import (
     MemoryPanel,
     OverviewTable,
     WorkersTable,
+    waiting_for,
 )
 
 
@@ -60,6 +61,13 @@ class Feed(Protocol):
 REFRESH_STEPS = (0.1, 0.2, 0.5, 1.0, 2.0, 5.0)
 #: Tables (DataTable re-renders a row per changed cell) refresh at most this often.
 TABLE_MIN_INTERVAL_S = 0.5
+#: The loader and machine panels (and their graphs' history) at most this often: the probe reports
+#: 4 times a second, the machine once, so a faster redraw only repaints jitter. Drawing is the
+#: viewer's main cost (Textual's compositor; Model.document is ~1 ms a source): at 10 Hz this keeps
+#: the CPU in budget while the header, banner and clock still follow every tick.
+PANEL_MIN_INTERVAL_S = 0.25
+#: Drain the network at least this often between ticks (each tick drains it first anyway).
+POLL_S = 1.0
 #: Below this the screen says so instead of drawing a broken layout.
 MIN_WIDTH, MIN_HEIGHT = 60, 15
 #: Below this the compact layout: one line per machine panel, fewer table columns, stacked.
@@ -128,8 +136,12 @@ class LoadertopApp(App[None]):
     ]
 
     def __init__(self, feed: Feed, *, refresh_s: float = 1.0, clock: Callable[[], float] = time.time,
-                 no_color: bool = False, poll_s: float = 0.1) -> None:
+                 no_color: bool = False, poll_s: float = POLL_S,
+                 note: Callable[[], str | None] | None = None) -> None:
+        """``note``: an optional line of context for the header, asked once per tick (the demo
+        says which phase runs)."""
         super().__init__()
+        self.note = note
         self.feed = feed
         self.refresh_s = float(refresh_s)
         self.poll_s = float(poll_s)
@@ -148,6 +160,9 @@ class LoadertopApp(App[None]):
         self._selected_id: str | None = None
         self._tables_due = True
         self._last_table_tick = -10**9
+        self._panels_due = True
+        self._last_panel_tick = -10**9
+        self._last_system_sent: Any = None
         self._refresh_timer: Timer | None = None
         self._poll_timer: Timer | None = None
         self._main_screen: Any = None  # set on mount
@@ -226,17 +241,21 @@ class LoadertopApp(App[None]):
         self.ticks += 1
         changed = False
         if not self.paused:
+            self.feed.poll()  # the freshest figures for this tick
             doc = self.feed.document()
             if doc is not self.document and doc != self.document:
                 self.document = doc
-                self._record_history(doc)
-                self._tables_due = True
+                self._tables_due = self._panels_due = True
                 changed = True
-        if changed:
+        if changed or self._panels_due or self._tables_due:  # due: held back by a rate cap
             self._render_document()
         else:
             with self.batch_update():
                 self._render_header()
+
+    def _every(self, interval_s: float) -> int:
+        """Ticks between two updates of something drawn at most every ``interval_s``."""
+        return max(1, math.ceil(interval_s / self.refresh_s - 1e-9))
 
     def _render_document(self, force_tables: bool = False) -> None:
         doc = self.document
@@ -244,23 +263,37 @@ class LoadertopApp(App[None]):
         with self.batch_update():
             self._render_header()
             self._banner.show((doc or {}).get("diagnosis"), self._diagnosed_source(),
-                                        compact=self.compact)
-            history = self._source_history.get(src.get("id"), {}) if src else {}
-            self._loader.show(src, history)
-            sys_ = (doc or {}).get("system")
-            for panel in self._machine_panels:
-                panel.show(sys_, self._machine_history)
-            every = max(1, math.ceil(TABLE_MIN_INTERVAL_S / self.refresh_s))
-            if force_tables or (self._tables_due and self.ticks - self._last_table_tick >= every):
+                              compact=self.compact, waiting=waiting_for(doc))
+            if force_tables or (self._panels_due and
+                                self.ticks - self._last_panel_tick >= self._every(PANEL_MIN_INTERVAL_S)):
+                self._panels_due = False
+                self._last_panel_tick = self.ticks
+                if doc is not None and not force_tables:
+                    self._record_history(doc)
+                src = self._current_source()
+                history = self._source_history.get(src.get("id"), {}) if src else {}
+                self._loader.show(src, history)
+                sys_ = (doc or {}).get("system")
+                for panel in self._machine_panels:
+                    panel.show(sys_, self._machine_history)
+            if force_tables or (self._tables_due and
+                                self.ticks - self._last_table_tick >= self._every(TABLE_MIN_INTERVAL_S)):
                 self._tables_due = False
                 self._last_table_tick = self.ticks
                 self._workers_table.show(src)
-                self._overview.show(doc, self.selected)
+                if self.overview:  # hidden otherwise: shown fresh when toggled on
+                    self._overview.show(doc, self.selected)
 
     def _render_header(self) -> None:
+        note = None
+        if self.note is not None:
+            try:
+                note = self.note()
+            except Exception as exc:  # context only: never let it take the screen down
+                note = f"note unavailable: {exc!r}"
         self._header.show(self.document, self._current_source(), now=self._clock(),
-                                       paused=self.paused, refresh_s=self.refresh_s,
-                                       selected=self.selected, compact=self.compact)
+                          paused=self.paused, refresh_s=self.refresh_s,
+                          selected=self.selected, compact=self.compact, note=note)
 
     def _current_source(self) -> dict | None:
         sources = (self.document or {}).get("sources") or []
@@ -302,6 +335,13 @@ class LoadertopApp(App[None]):
         sys_ = doc.get("system")
         if sys_ is None:
             return
+        # One point per machine sample (1 Hz from the probe), not per tick: a 10 Hz screen would
+        # otherwise draw each sample ten times over. Documents without `sent_at` (tests) count
+        # every time.
+        sent = sys_.get("sent_at")
+        if sent is not None and sent == self._last_system_sent:
+            return
+        self._last_system_sent = sent
         m = self._machine_history
         push(m, "cpu_percent", sys_.get("cpu_percent"))
         push(m, "iowait_percent", sys_.get("iowait_percent"))

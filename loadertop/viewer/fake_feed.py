@@ -270,6 +270,13 @@ def dead_worker_doc() -> dict:
     return document([src], sys=sys_)
 
 
+def waiting_doc(endpoint: str = "ipc:///tmp/loadertop-demo/demo.sock") -> dict:
+    """Subscribed to ``endpoint``, nothing received yet (the job is still starting)."""
+    doc = document([], sys=None, connected=False)
+    doc["viewer"].update(endpoints=[endpoint], received=0, discovery_dir=None)
+    return doc
+
+
 def disconnected_doc(age_s: float = 47.0) -> dict:
     """The viewer heard nothing for ``age_s`` seconds; no endpoint is delivering."""
     src = source(age_s=age_s, state="gone")

@@ -13,6 +13,7 @@ from collections import Counter, deque
 from dataclasses import dataclass, field
 
 from loadertop import diagnosis, wire
+from loadertop.viewer import ranks
 
 SNAPSHOT_SCHEMA = "loadertop.snapshot/1"
 HISTORY_S = 120.0  # reports kept per source (the window a viewer can ask for)
@@ -295,6 +296,7 @@ class Model:
             "sources": sources,
             "system": system,
             "diagnosis": diagnosis.overall(verdicts, system),
+            "ranks": ranks.overview(sources),  # the straggler among ranks (viewer/ranks.py)
             "viewer": {
                 "endpoints": sorted(self.endpoints),
                 "connected": last_data is not None and now - last_data <= GONE_AFTER_S,

@@ -242,6 +242,23 @@ def one_block(lines: Sequence[Text]) -> Text:
     return block
 
 
+def set_content(widget: Widget, old: Text | None, new: Text) -> bool:
+    """Repaint ``widget`` for its new content only if it changed, and lay the screen out again only
+    if its number of lines did: a relayout redraws everything, and at 10 Hz that was most of the
+    viewer's CPU (profiled: Textual's layout and compositor, not our figures)."""
+    if old is not None and new == old:
+        return False
+    widget.refresh(layout=old is None or old.plain.count("\n") != new.plain.count("\n"))
+    return True
+
+
+def set_border_title(widget: Widget, title: str) -> None:
+    """Textual repaints on every border_title assignment, equal or not."""
+    if getattr(widget, "_lt_border_title", None) != title:
+        widget._lt_border_title = title
+        widget.border_title = title
+
+
 def label(text: str, width: int = 0) -> Text:
     return Text(text.ljust(width), style="bold")
 
@@ -257,6 +274,8 @@ def freshness(src: dict | None, viewer: dict | None) -> Text:
     """live / no data for N s / disconnected — from the model's age_s and viewer.connected."""
     connected = (viewer or {}).get("connected", True)
     age = src.get("age_s") if src else None
+    if src is None and not (viewer or {}).get("received"):
+        return Text("waiting for data", style=DIM)  # nothing ever arrived: not a disconnection
     if connected is False or (age is not None and age >= DISCONNECTED_AFTER_S):
         extra = f" (no data for {age:.0f} s)" if age is not None else ""
         return Text(f"✖ disconnected{extra}", style=f"bold {BAD}")
@@ -269,9 +288,32 @@ def freshness(src: dict | None, viewer: dict | None) -> Text:
     return Text("● live", style=f"bold {OK}")
 
 
+def waiting_for(doc: dict | None) -> str | None:
+    """"waiting for data from ENDPOINT" while connected endpoints have sent nothing yet, else None."""
+    if doc is None or doc.get("sources"):
+        return None
+    viewer = doc.get("viewer") or {}
+    endpoints = viewer.get("endpoints") or []
+    if not endpoints or viewer.get("received"):
+        return None
+    shown = ", ".join(endpoints[:2]) + (f" (+{len(endpoints) - 2})" if len(endpoints) > 2 else "")
+    return f"waiting for data from {shown}"
+
+
 def source_title(src: dict) -> str:
     rank = src.get("rank")
     return f"{src.get('name') or '?'}" + (f" r{rank}" if rank is not None else "")
+
+
+def source_labels(sources: Sequence[dict]) -> list[str]:
+    """Each source's title, with host:pid added where two share one (two processes both
+    calling their loader "train")."""
+    titles = [source_title(s) for s in sources]
+    counts: dict[str, int] = {}
+    for t in titles:
+        counts[t] = counts.get(t, 0) + 1
+    return [t if counts[t] == 1 else f"{t} {s.get('host') or MISSING}:{s.get('pid') or MISSING}"
+            for t, s in zip(titles, sources)]
 
 
 class HeaderBar(Widget):
@@ -282,15 +324,16 @@ class HeaderBar(Widget):
         self._content = Text("loadertop", style="bold")
 
     def show(self, doc: dict | None, src: dict | None, *, now: float, paused: bool,
-             refresh_s: float, selected: int, compact: bool) -> None:
-        self._content = self._build(doc, src, now, paused, refresh_s, selected, compact)
-        self.refresh(layout=True)
+             refresh_s: float, selected: int, compact: bool, note: str | None = None) -> None:
+        content = self._build(doc, src, now, paused, refresh_s, selected, compact, note)
+        old, self._content = self._content, content
+        set_content(self, old, content)
 
     def render(self) -> Text:
         return self._content
 
     def _build(self, doc: dict | None, src: dict | None, now: float, paused: bool,
-               refresh_s: float, selected: int, compact: bool) -> Text:
+               refresh_s: float, selected: int, compact: bool, note: str | None = None) -> Text:
         viewer = (doc or {}).get("viewer") or {}
         sep = dim(" · ")
         left = Text()
@@ -299,7 +342,7 @@ class HeaderBar(Widget):
             left.append(source_title(src), style="bold")
             left.append_text(dim(f" {src.get('host') or MISSING}:{src.get('pid') or MISSING}"))
         elif doc is not None:
-            left.append_text(dim("no instrumented DataLoader found"))
+            left.append_text(dim(waiting_for(doc) or "no instrumented DataLoader found"))
         else:
             left.append_text(dim("starting"))
 
@@ -346,13 +389,15 @@ class HeaderBar(Widget):
         line1.append(" " * max(1, pad))
         line1.append_text(right)
         lines = [line1, status]
+        if note:
+            lines.append(Text(note, style=ACCENT))
 
         sources = (doc or {}).get("sources") or []
         if len(sources) > 1:
             tabs = Text()
             tabs.append_text(dim("sources "))
-            for i, s in enumerate(sources):
-                name = f" {source_title(s)} "
+            for i, title in enumerate(source_labels(sources)):
+                name = f" {title} "
                 tabs.append(name, style="bold reverse" if i == selected else "")
                 tabs.append(" ")
             tabs.append_text(dim("(tab/[ ] switch, o overview)"))
@@ -373,14 +418,25 @@ class Banner(Widget):
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self._content = Text("Waiting for data…", style=DIM)
+        self._shown_rows = 1
         self._key: Any = None
         self.set_class(True, "-none")
 
-    def show(self, diag: dict | None, src: dict | None, *, compact: bool) -> None:
-        key = (repr(diag), src.get("id") if src else None, compact)
+    def show(self, diag: dict | None, src: dict | None, *, compact: bool,
+             waiting: str | None = None) -> None:
+        """``waiting``: no data has arrived yet (say so, rather than diagnose an empty window)."""
+        key = (repr(diag), src.get("id") if src else None, compact, waiting)
         if key == self._key:
             return
         self._key = key
+        if waiting:
+            for level in ("ok", "warn", "bad", "none"):
+                self.set_class(level == "none", f"-{level}")
+            self._content = Text.assemble(("WAITING FOR DATA", f"bold {DIM}"), "  ",
+                                          dim(waiting.replace("waiting for data ", "")),
+                                          dim("  — the job may still be starting"))
+            self.refresh(layout=True)
+            return
         cat = category(diag.get("category") if diag else None)
         for level in ("ok", "warn", "bad", "none"):
             self.set_class(level == cat.level, f"-{level}")
@@ -399,8 +455,20 @@ class Banner(Widget):
             lines.append(Text.assemble(("evidence ", DIM), "; ".join(shown)))
         if advice:
             lines.append(Text.assemble(("→ ", f"bold {cat.colour}"), advice[0]))
-        self._content = one_block(lines) if compact else Text("\n").join(lines)
-        self.refresh(layout=True)
+        old, self._content = self._content, one_block(lines) if compact else Text("\n").join(lines)
+        # Wide, the lines wrap: the row count to compare is the wrapped one, not the line count.
+        rows = self._rows(self._content, compact)
+        if rows != self._shown_rows:
+            self._shown_rows = rows
+            self.refresh(layout=True)
+        else:
+            set_content(self, old, self._content)
+
+    def _rows(self, content: Text, compact: bool) -> int:
+        width = self.content_size.width
+        if compact or width <= 0 or not self.is_mounted:
+            return content.plain.count("\n") + 1
+        return len(content.wrap(self.app.console, width))
 
     def render(self) -> Text:
         return self._content
@@ -419,19 +487,42 @@ class Panel(Widget):
         self.border_title = title
         self._data: Any = None
         self._history: dict[str, Sequence[float | None]] = {}
+        self._content: Text | None = None  # what render() returns, built for _content_width
+        self._content_width = -1
+
+    def show(self, data: Any, history: dict[str, Sequence[float | None]]) -> None:
+        self._data = data
+        self._history = history
+        self._update()
+
+    def _update(self) -> None:
+        """Build the content now; repaint (or relayout) only when it changed."""
+        width = self._width()
+        old, self._content, self._content_width = self._content, self._build(width), width
+        set_content(self, old, self._content)
 
     def set_compact(self, compact: bool) -> None:
         if compact != self.compact:
             self.compact = compact
             self.set_class(compact, "-compact")
+            self._content = None
             self.refresh(layout=True)
 
-    def render(self) -> Text:
+    def _width(self) -> int:
+        return max(10, self.content_size.width)
+
+    def _build(self, width: int) -> Text:
         try:
-            lines = self.lines(max(10, self.content_size.width))
+            lines = self.lines(width)
         except Exception as exc:  # a malformed document must not kill the screen
             lines = [Text(f"cannot show: {exc!r}", style=BAD)]
         return one_block(lines)
+
+    def render(self) -> Text:
+        width = self._width()
+        if self._content is None or width != self._content_width:  # first draw, or resized
+            self._content, self._content_width = self._build(width), width
+        return self._content
 
     def lines(self, width: int) -> list[Text]:  # pragma: no cover - overridden
         return []
@@ -448,15 +539,37 @@ def stats_text(st: dict | None, keys: Sequence[str] = ("p50", "p95", "p99")) -> 
 
 
 MAX_GRAPH_ROWS = 8  # taller is a wall of blocks, not more information
+#: A graph grows one row per this many points: a few points drawn tall are a solid block.
+POINTS_PER_GRAPH_ROW = 3
+
+
+def graph_height(values: Sequence[float | None], width: int, room: int) -> int:
+    """Rows for a graph of ``values``: what the room allows, but no taller than its history."""
+    known = sum(1 for v in list(values)[-width:] if v is not None)
+    return max(1, min(MAX_GRAPH_ROWS, room, known // POINTS_PER_GRAPH_ROW))
+
+
+def graph_caption(name: str, values: Sequence[float | None], width: int, unit: str,
+                  fmt: Any, colour: str) -> Text:
+    """"wait p95  73.2 ms   max 114 · 1 s/col" — the line above a graph: what, now, scale."""
+    shown = list(values)[-width:]
+    known = [v for v in shown if v is not None]
+    now = shown[-1] if shown else None
+    line = Text()
+    line.append(name, style="bold")
+    line.append("  ")
+    line.append(fmt(now), style=f"bold {colour}")
+    line.append(f" {unit}" if unit else "", style=DIM)
+    if known:
+        line.append(f"   max {fmt(max(known))}", style=DIM)
+    return line
 
 
 def graph_lines(name: str, values: Sequence[float | None], width: int, height: int, label_w: int,
                 colour: str, fmt: Any) -> list[Text]:
-    """A labelled graph ``height`` rows tall; the peak of what is shown on its top row."""
+    """A one-row graph with its label in front and its peak after (compact layouts)."""
     known = [v for v in list(values)[-width:] if v is not None]
     peak = f" {fmt(max(known)) if known else MISSING} max"
-    if len(known) < 2:
-        height = 1  # one point scaled to itself would be a wall; show it as a one-row graph
     out = []
     for row, chars in enumerate(sparkline_rows(values, width, height)):
         line = Text()
@@ -472,14 +585,24 @@ class LoaderPanel(Panel):
     """The selected source: wait history, percentiles, throughput, wait fraction, queue fill."""
 
     def show(self, src: dict | None, history: dict[str, Sequence[float | None]]) -> None:
-        self._data = src
-        self._history = history
         if src is None:
-            self.border_title = "Loader"
+            set_border_title(self, "Loader")
         else:
             cat = category((src.get("diagnosis") or {}).get("category"))
-            self.border_title = f"Loader · {source_title(src)} · [{cat.colour}]{cat.words}[/]"
-        self.refresh(layout=True)
+            set_border_title(self, f"Loader · {source_title(src)} · [{cat.colour}]{cat.words}[/]")
+        super().show(src, history)
+
+    #: Rows the workers table keeps below the panel at least (header, a few rows, its border).
+    MIN_TABLE_ROWS = 6
+
+    def _graph_room(self, fixed_lines: int, workers: int) -> int:
+        """Rows left for the two graphs: the column's height less the table's and our own text."""
+        column = self.parent.content_size.height if self.parent is not None else 0
+        if column <= 0:
+            return 2
+        table = max(self.MIN_TABLE_ROWS, workers + 3)
+        border = self.styles.gutter.height  # our border and padding
+        return max(2, column - table - border - fixed_lines)
 
     def lines(self, width: int) -> list[Text]:
         src = self._data
@@ -539,10 +662,14 @@ class LoaderPanel(Panel):
             line.append(" in flight", style=DIM)
             line.append(f" / {capacity}")
             if not self.compact and queue.get("ready_mean") is not None:
-                line.append("   avg ready ", style=DIM)
-                line.append(fmt_float(queue.get("ready_mean"), 1))
-                line.append(" · when waiting ", style=DIM)
-                line.append(fmt_float(queue.get("ready_when_waiting"), 1))
+                extra = Text.assemble(("   avg ", DIM), fmt_float(queue.get("ready_mean"), 1),
+                                      (" ready", DIM))
+                if queue.get("ready_when_waiting") is not None:
+                    extra.append_text(Text.assemble(
+                        (" · ready while waiting ", DIM),
+                        fmt_frac_pct(queue.get("ready_when_waiting"))))
+                if line.cell_len + extra.cell_len <= width:  # extra detail only when it fits
+                    line.append_text(extra)
             out.append(line)
         else:
             loop = src.get("loop") or {}
@@ -556,29 +683,39 @@ class LoaderPanel(Panel):
 
         waits = self._history.get("wait_p95_ms") or []
         rates = self._history.get("batches_per_s") or []
-        label_w = 13
-        graph_w = max(4, width - label_w - 12)
-        # Wide layout: the two graphs share the panel's spare rows (60/40); compact: one row each.
-        fixed = len(out) + (0 if self.compact else 1)
-        spare = 1 if self.compact else max(2, self.content_size.height - fixed)
-        wait_h = 1 if self.compact else max(1, min(MAX_GRAPH_ROWS, math.ceil(spare * 0.6)))
-        rate_h = 0 if self.compact else max(1, min(MAX_GRAPH_ROWS, spare - wait_h))
-        out += graph_lines("wait p95 ms", waits, graph_w, wait_h, label_w, wait_colour(wf), fmt_ms)
-        if not self.compact:
-            out += graph_lines("batches/s", rates, graph_w, rate_h, label_w, ACCENT, fmt_per_s)
-            parts = [f"{cfg.get('num_workers', MISSING)} workers"]
-            if cfg.get("prefetch_factor"):
-                parts.append(f"prefetch {cfg['prefetch_factor']}")
-            parts.append(f"batch {cfg.get('batch_size', MISSING)}")
-            if cfg.get("pin_memory"):
-                parts.append("pin_memory")
-            if cfg.get("persistent_workers"):
-                parts.append("persistent")
-            if cfg.get("worker_context"):
-                parts.append(str(cfg["worker_context"]))
-            if cfg.get("dataset"):
-                parts.append(str(cfg["dataset"]))
-            out.append(dim(" · ".join(parts)))
+        if self.compact:
+            label_w = 13
+            out += graph_lines("wait p95 ms", waits, max(4, width - label_w - 12), 1, label_w,
+                               wait_colour(wf), fmt_ms)
+            return out
+        # Wide: each graph under a caption, full width, sharing the rows the workers table leaves
+        # (60/40); the panel is as tall as its content, the table takes the rest.
+        room = self._graph_room(len(out) + 3, len(src.get("workers") or []))
+        wait_room = min(MAX_GRAPH_ROWS, max(1, math.ceil(room * 0.6)))
+        rate_room = min(MAX_GRAPH_ROWS, max(1, room - wait_room))
+        wait_h = graph_height(waits, width, wait_room)
+        rate_h = graph_height(rates, width, rate_room)
+        # Rows a young graph does not use yet stay blank above it: the panel keeps its height while
+        # the history grows (a height change relayouts the whole screen).
+        out.append(graph_caption("wait p95", waits, width, "ms", fmt_ms, wait_colour(wf)))
+        out += [Text()] * (wait_room - wait_h)
+        out += [Text(row, style=wait_colour(wf)) for row in sparkline_rows(waits, width, wait_h)]
+        out.append(graph_caption("batches/s", rates, width, "", fmt_per_s, ACCENT))
+        out += [Text()] * (rate_room - rate_h)
+        out += [Text(row, style=ACCENT) for row in sparkline_rows(rates, width, rate_h)]
+        parts = [f"{cfg.get('num_workers', MISSING)} workers"]
+        if cfg.get("prefetch_factor"):
+            parts.append(f"prefetch {cfg['prefetch_factor']}")
+        parts.append(f"batch {cfg.get('batch_size', MISSING)}")
+        if cfg.get("pin_memory"):
+            parts.append("pin_memory")
+        if cfg.get("persistent_workers"):
+            parts.append("persistent")
+        if cfg.get("worker_context"):
+            parts.append(str(cfg["worker_context"]))
+        if cfg.get("dataset"):
+            parts.append(str(cfg["dataset"]))
+        out.append(dim(" · ".join(parts)))
         return out
 
 
@@ -616,11 +753,6 @@ def _gpu_lines(gpu: dict, width: int, compact: bool, history: Sequence[float | N
 
 
 class GpuPanel(Panel):
-    def show(self, system: dict | None, history: dict[str, Sequence[float | None]]) -> None:
-        self._data = system
-        self._history = history
-        self.refresh(layout=True)
-
     def lines(self, width: int) -> list[Text]:
         sys_ = self._data
         if sys_ is None:
@@ -641,11 +773,6 @@ class GpuPanel(Panel):
 
 
 class CpuPanel(Panel):
-    def show(self, system: dict | None, history: dict[str, Sequence[float | None]]) -> None:
-        self._data = system
-        self._history = history
-        self.refresh(layout=True)
-
     def lines(self, width: int) -> list[Text]:
         sys_ = self._data
         if sys_ is None:
@@ -657,14 +784,11 @@ class CpuPanel(Panel):
         head.append(f"  {sys_.get('cpu_count', MISSING)} cores", style=DIM)
         avail = sys_.get("cores_available")
         if avail is not None and avail != sys_.get("cpu_count"):
-            head.append(f" ({avail:g} available)", style=DIM)
+            # Only a limit is worth the room (a cgroup's version or usage is not news here).
+            quota = (sys_.get("cgroup") or {}).get("cpu_quota_cores")
+            head.append(f" ({avail:g} available{', cgroup quota' if quota else ''})", style=DIM)
         head.append("  load ", style=DIM)
         head.append(fmt_float(sys_.get("load_avg_1m"), 1))
-        cg = sys_.get("cgroup")
-        if cg and not self.compact:
-            head.append("  cgroup ", style=DIM)
-            head.append(", ".join(f"{k}={_cgroup_value(k, v)}" for k, v in cg.items()
-                                  if v is not None))
         per_cpu = sys_.get("per_cpu_percent") or []
         if self.compact:
             room = width - head.cell_len - 2
@@ -679,14 +803,6 @@ class CpuPanel(Panel):
                                  (sparkline(hist, max(4, width - 6), top=100.0), ACCENT)))
         out += _core_grid(per_cpu, width)
         return out
-
-
-def _cgroup_value(key: str, value: Any) -> str:
-    if isinstance(value, (int, float)) and ("bytes" in key or "mem" in key):
-        return fmt_bytes(value)
-    if isinstance(value, float):
-        return f"{value:g}"
-    return str(value)
 
 
 MAX_CORE_ROWS = 4
@@ -731,11 +847,6 @@ def _core_grid(per_cpu: Sequence[float | None], width: int) -> list[Text]:
 
 
 class MemoryPanel(Panel):
-    def show(self, system: dict | None, history: dict[str, Sequence[float | None]]) -> None:
-        self._data = system
-        self._history = history
-        self.refresh(layout=True)
-
     def lines(self, width: int) -> list[Text]:
         sys_ = self._data
         if sys_ is None:
@@ -758,14 +869,17 @@ class MemoryPanel(Panel):
             line.append(" out ", style=DIM)
             line.append(fmt_rate(s_out), style=BAD if s_out else "")
             return [line]
-        bar_w = max(6, width - 25)
-        ram = Text.assemble(("RAM  ", "bold"), bar(None if used_pct is None else used_pct / 100,
-                                                   bar_w, load_colour(used_pct)),
-                            f" {fmt_pct(used_pct):>5} {fmt_pair(used, total)}")
         swap_frac = swap_used / swap_total if swap_total and swap_used is not None else None
         swap_pct = None if swap_frac is None else swap_frac * 100
+        limited = (sys_.get("cgroup") or {}).get("mem_limit_bytes") is not None
+        ram_tail = f" {fmt_pct(used_pct):>5} {fmt_pair(used, total)}" + (" (cgroup)" if limited else "")
+        swap_tail = f" {fmt_pct(swap_pct):>5} {fmt_pair(swap_used, swap_total)}"
+        # The bars take what the figures leave, the same length on both lines.
+        bar_w = max(6, width - 5 - max(len(ram_tail), len(swap_tail)))
+        ram = Text.assemble(("RAM  ", "bold"), bar(None if used_pct is None else used_pct / 100,
+                                                   bar_w, load_colour(used_pct)), ram_tail)
         swap = Text.assemble(("swap ", "bold"), bar(swap_frac, bar_w, load_colour(swap_pct)),
-                             f" {fmt_pct(swap_pct):>5} {fmt_pair(swap_used, swap_total)}")
+                             swap_tail)
         activity = Text.assemble(("swap in ", DIM), (fmt_rate(s_in), BAD if s_in else ""),
                                  ("  out ", DIM), (fmt_rate(s_out), BAD if s_out else ""),
                                  ("  swapping!" if swapping else "", f"bold {BAD}"),
@@ -774,11 +888,6 @@ class MemoryPanel(Panel):
 
 
 class DiskPanel(Panel):
-    def show(self, system: dict | None, history: dict[str, Sequence[float | None]]) -> None:
-        self._data = system
-        self._history = history
-        self.refresh(layout=True)
-
     def lines(self, width: int) -> list[Text]:
         sys_ = self._data
         if sys_ is None:
@@ -841,7 +950,7 @@ def sync_table(table: DataTable, columns: Sequence[Column],
         old = table.get_row(key)
         for col_key, old_cell, new_cell in zip(col_keys, old, cells):
             if old_cell != new_cell:
-                table.update_cell(key, col_key, new_cell)
+                table.update_cell(key, col_key, new_cell, update_width=True)
                 changed = True
     return changed
 
@@ -922,18 +1031,13 @@ class WorkersTable(DataTable):
         columns = self.columns_for(cells)
         rows = [(str(w.get("id")), [c[col.key] for col in columns]) for w, c in zip(workers, cells)]
         sync_table(self, columns, rows)
-        # Wide layout: exactly as tall as its rows (header + rows + border), so the loader panel
-        # gets the rest; compact: whatever is left, scrolling.
-        height: str | int = "1fr" if self.compact else max(4, len(rows) + 3)
-        if self.styles.height is None or str(self.styles.height) != str(height):
-            self.styles.height = height
         arrow = "▼" if descending != self.reverse else "▲"
         n = len(workers)
         dead = sum(1 for w in workers if w.get("alive") is False)
         title = f"Workers ({n}" + (f", [red]{dead} dead[/]" if dead else "") + ")"
         if n == 0 and src is not None:
             title = "Workers (none: num_workers=0)"
-        self.border_title = f"{title} · sort {WORKER_SORTS[self.sort_by][0]} {arrow}"
+        set_border_title(self, f"{title} · sort {WORKER_SORTS[self.sort_by][0]} {arrow}")
 
     def _cells(self, w: dict) -> dict[str, Any]:
         fetch = w.get("fetch_ms") or {}
@@ -996,13 +1100,14 @@ class OverviewTable(DataTable):
         sources = (doc or {}).get("sources") or []
         straggler = straggler_index(sources)
         all_cells = []
+        labels = source_labels(sources)
         for i, s in enumerate(sources):
             cat = category((s.get("diagnosis") or {}).get("category"))
             wf = s.get("wait_fraction")
             rank = s.get("rank")
             all_cells.append({
                 "sel": Text("▶" if i == selected else " ", style=f"bold {ACCENT}"),
-                "source": Text.assemble((source_title(s), "bold" if i == selected else ""),
+                "source": Text.assemble((labels[i], "bold" if i == selected else ""),
                                         (" ◀" if i == straggler else "", f"bold {WARN}")),
                 "name": Text.assemble((s.get("name") or MISSING, "bold" if i == selected else ""),
                                       (" ◀" if i == straggler else "", f"bold {WARN}")),
@@ -1019,10 +1124,11 @@ class OverviewTable(DataTable):
         rows = [(s.get("id") or str(i), [c[col.key] for col in columns])
                 for i, (s, c) in enumerate(zip(sources, all_cells))]
         sync_table(self, columns, rows)
-        self.border_title = f"All sources ({len(sources)})"
+        title = f"All sources ({len(sources)})"
         if straggler is not None:
-            self.border_title += (f" · [{WARN}]◀ straggler: {source_title(sources[straggler])}"
-                                  f" waits most[/]")
+            title += (f" · [{WARN}]◀ straggler: {source_title(sources[straggler])}"
+                      f" waits most[/]")
+        set_border_title(self, title)
 
 
 def straggler_index(sources: Sequence[dict]) -> int | None:

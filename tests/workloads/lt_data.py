@@ -6,6 +6,7 @@ and ``forkserver`` workers can unpickle them.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import time
 
@@ -15,15 +16,20 @@ from torch.utils.data import Dataset, IterableDataset, get_worker_info
 KINDS = ("sleep", "cpu", "cheap", "hang", "exit", "raise")
 
 
+_BLOCK = bytes(1 << 16)
+
+
 def burn_cpu(ms: float) -> None:
-    """Spin until this thread has used `ms` of CPU time (not wall time: contention-proof)."""
+    """Use `ms` of this thread's CPU time (not wall time: contention-proof).
+
+    The work is sha256 over 64 KiB blocks (~0.1 ms each), which releases the GIL like most real
+    transforms (image decoding, torch ops): a pure-Python spin would hold the GIL and starve the
+    worker's queue feeder thread, delaying finished batches in a way real loaders rarely do."""
     if ms <= 0:
         return
     end = time.thread_time() + ms / 1000.0
-    x = 0
     while time.thread_time() < end:
-        for _ in range(200):
-            x += 1
+        hashlib.sha256(_BLOCK).digest()
 
 
 def _record_pid(piddir: str | None, seen: dict) -> None:
@@ -42,11 +48,38 @@ def _record_pid(piddir: str | None, seen: dict) -> None:
     os.replace(path + ".tmp", path)
 
 
+class _FetchClock:
+    """What the dataset itself measures in a worker: cumulative wall and CPU time spent in
+    __getitem__, written to `<dir>/t<worker id>.<pid>.json` at most every 50 ms — the ground truth
+    a test compares loadertop's fetch figures with (e.g. cpu_fraction on a busy machine)."""
+
+    def __init__(self) -> None:
+        self.pid = -1
+
+    def add(self, directory: str, wall_ns: int, cpu_ns: int) -> None:
+        pid = os.getpid()
+        if self.pid != pid:
+            self.pid, self.wall, self.cpu, self.n, self.written = pid, 0, 0, 0, 0.0
+            info = get_worker_info()
+            self.path = os.path.join(directory, f"t{info.id if info else 'main'}.{pid}.json")
+        self.wall += wall_ns
+        self.cpu += cpu_ns
+        self.n += 1
+        now = time.monotonic()
+        if now - self.written >= 0.05:
+            self.written = now
+            with open(self.path + ".tmp", "w") as fh:
+                fh.write(f'{{"wall_ns": {self.wall}, "cpu_ns": {self.cpu}, "n": {self.n}, '
+                         f'"t": {time.time()}}}')
+            os.replace(self.path + ".tmp", self.path)
+
+
 class WorkloadDataset(Dataset):
     """Map-style; per sample: sleep (I/O-like), burn CPU, nothing, or misbehave at `bad_index`.
 
     kind: sleep | cpu | cheap (per-sample cost `ms`), hang (sleep forever from `bad_index` on),
-    exit (``os._exit(exit_code)`` at `bad_index`), raise (ValueError at `bad_index`).
+    exit (``os._exit(exit_code)`` in the worker that fetches `bad_index`), raise (ValueError from
+    `bad_index` on).
     """
 
     def __init__(self, kind: str = "cheap", ms: float = 0.0, length: int = 10**7,
@@ -57,11 +90,19 @@ class WorkloadDataset(Dataset):
         self.bad_index, self.exit_code, self.piddir = bad_index, exit_code, piddir
         self.payload = payload
         self._seen: dict = {}
+        self._clock = _FetchClock()
 
     def __len__(self) -> int:
         return self.length
 
     def __getitem__(self, i: int):
+        w0, c0 = time.perf_counter_ns(), time.process_time_ns()
+        item = self._getitem(i)
+        if self.piddir:
+            self._clock.add(self.piddir, time.perf_counter_ns() - w0, time.process_time_ns() - c0)
+        return item
+
+    def _getitem(self, i: int):
         _record_pid(self.piddir, self._seen)
         bad = self.bad_index is not None and i >= self.bad_index
         if self.kind == "sleep" or (self.kind in ("hang", "exit", "raise") and self.ms > 0):
@@ -71,7 +112,11 @@ class WorkloadDataset(Dataset):
         if bad and self.kind == "hang":
             while True:
                 time.sleep(3600)
-        if bad and self.kind == "exit":
+        if self.kind == "exit" and i == self.bad_index:  # only the worker that fetches this one
+            # let the loop receive this worker's previous batch first: exiting while the main
+            # process still fetches its tensor's fd from us makes torch raise ConnectionResetError
+            # instead of its "worker exited unexpectedly" RuntimeError
+            time.sleep(0.5)
             os._exit(self.exit_code)
         if bad and self.kind == "raise":
             raise ValueError(f"bad sample {i}")

@@ -4,8 +4,7 @@
         --step-ms 10 --duration 8 --status /tmp/ltX/status.json --piddir /tmp/ltX/pids
 
 It iterates an instrumented DataLoader over `lt_data.WorkloadDataset` and tells the test what it
-knows, in `--status` (a JSON file replaced atomically, at most every 50 ms and at every change of
-phase): its pid, batches received so far, when the last one arrived, the phase (`starting`,
+knows, in `--status` (a JSON file replaced atomically every 50 ms and at every change of phase): its pid, batches received so far, when the last one arrived, the phase (`starting`,
 `running`, `error`, `done`), the error text when the loop raised. Worker pids are written by the
 dataset itself into `--piddir` as `<worker id>.<pid>`.
 
@@ -20,10 +19,12 @@ raise (an uncaught exception), sleep (stay alive until killed).
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import signal
 import sys
+import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -51,6 +52,8 @@ def parse(argv=None):
     p.add_argument("--kill-worker-after", type=int, default=0)
     p.add_argument("--idle-after-error", type=float, default=0.0)
     p.add_argument("--end", choices=("normal", "raise", "sleep"), default="normal")
+    p.add_argument("--nice-workers", type=int, default=0,
+                   help="workers lower their priority by this much (worker_init_fn)")
     p.add_argument("--name", default="train")
     p.add_argument("--context", default=None, help="multiprocessing context (fork, spawn, ...)")
     p.add_argument("--persistent", action="store_true")
@@ -61,26 +64,39 @@ def parse(argv=None):
 
 
 class Status:
+    """The status file: the loop only updates a dict (cheap); a daemon thread writes it out every
+    50 ms, so the file stays current even while the loop is blocked (a hang)."""
+
     def __init__(self, path: str | None) -> None:
         self.path = path
         self.doc = {"pid": os.getpid(), "phase": "starting", "batches": 0, "last_batch_at": None,
                     "started_at": time.time(), "error": None, "error_type": None}
-        self._written = 0.0
+        self._lock = threading.Lock()
         self.write(force=True)
+        if path:
+            threading.Thread(target=self._flusher, daemon=True, name="status").start()
+
+    def _flusher(self) -> None:
+        while True:
+            time.sleep(0.05)
+            self._dump()
+
+    def _dump(self) -> None:
+        with self._lock:
+            doc = dict(self.doc, t=time.time())
+            tmp = self.path + ".tmp"
+            with open(tmp, "w") as fh:
+                json.dump(doc, fh)
+            os.replace(tmp, self.path)
 
     def write(self, force: bool = False, **changes) -> None:
         self.doc.update(changes)
-        if not self.path:
-            return
-        now = time.monotonic()
-        if not force and now - self._written < 0.05:
-            return
-        self._written = now
-        self.doc["t"] = time.time()
-        tmp = self.path + ".tmp"
-        with open(tmp, "w") as fh:
-            json.dump(self.doc, fh)
-        os.replace(tmp, self.path)
+        if force and self.path:
+            self._dump()
+
+
+def nice_worker(increment: int, worker_id: int) -> None:
+    os.nice(increment)
 
 
 def worker_pid(piddir: str, worker_id: int, deadline_s: float = 5.0) -> int:
@@ -108,6 +124,8 @@ def main(argv=None) -> int:
         kwargs["persistent_workers"] = args.persistent
         if args.context:
             kwargs["multiprocessing_context"] = args.context
+        if args.nice_workers:
+            kwargs["worker_init_fn"] = functools.partial(nice_worker, args.nice_workers)
     loader = DataLoader(ds, batch_size=args.batch_size, num_workers=args.workers, **kwargs)
     if not args.plain:
         loader = loadertop.instrument(loader, name=args.name)
@@ -127,7 +145,7 @@ def main(argv=None) -> int:
                 burn_cpu(args.busy_step_ms)
             if time.monotonic() >= end_at or (args.batches and n >= args.batches):
                 break
-    except RuntimeError as exc:  # torch's "DataLoader worker ... exited unexpectedly" and kin
+    except Exception as exc:  # torch's "DataLoader worker ... exited unexpectedly" and kin
         status.write(force=True, phase="error", error=str(exc), error_type=type(exc).__name__,
                      batches=n)
         print(json.dumps({"error": str(exc)}), flush=True)

@@ -1,0 +1,204 @@
+"""The viewer's own CPU cost while it watches 4 instrumented loaders (issue 4's budget).
+
+    python tests/benchmarks/viewer_cpu.py [--seconds 20] [--mode headless|tmux|both]
+
+Starts 2 training processes with 2 loaders each ("train" and "val", iterated in step, ~40 batches/s
+each), then runs the viewer on their 2 endpoints for `--seconds` at the default refresh (1 s) and at
+10 Hz (0.1 s), and prints the viewer process's CPU time / wall time against the goals:
+<= 3 % of one core at 1 s, <= 15 % at 10 Hz.
+
+Modes: ``headless`` runs the real app under ``App.run_test(headless=True)`` in a child process
+(everything but the terminal writes); ``tmux`` runs the real ``loadertop`` command in a detached
+tmux session (what a user runs, terminal output included). The first seconds (imports, first
+layout) are left out of the measurement: the budget is about watching, not starting.
+
+Not a pytest test: it takes about a minute and its figures depend on the machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+
+GOALS = {1.0: 3.0, 0.1: 15.0}  # refresh seconds -> max CPU % of one core
+WARMUP_S = 5.0
+SIZE = (120, 40)
+
+JOB = textwrap.dedent("""
+    import os, sys, time
+    import torch
+    from torch.utils.data import DataLoader, Dataset
+    import loadertop
+
+    class Cheap(Dataset):
+        def __len__(self):
+            return 10_000_000
+        def __getitem__(self, i):
+            return torch.full((3, 8, 8), float(i % 7))
+
+    parent = os.getppid()
+    train = loadertop.instrument(DataLoader(Cheap(), batch_size=16, num_workers=1), name="train")
+    val = loadertop.instrument(DataLoader(Cheap(), batch_size=16, num_workers=0), name="val")
+    for a, b in zip(train, val):
+        time.sleep(0.025)  # the step: ~40 batches/s per loader
+        if os.getppid() != parent:
+            break
+""")
+
+
+def start_jobs(directory: str, count: int) -> tuple[list[subprocess.Popen], list[str]]:
+    procs, endpoints = [], []
+    for i in range(count):
+        endpoint = f"ipc://{directory}/job{i}.sock"
+        env = {**os.environ, "LOADERTOP_DIR": directory, "LOADERTOP_ENDPOINT": endpoint}
+        env.pop("LOADERTOP_DISABLE", None)
+        procs.append(subprocess.Popen([sys.executable, "-c", JOB], env=env,
+                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                      start_new_session=True))
+        endpoints.append(endpoint)
+    return procs, endpoints
+
+
+def wait_for_sources(endpoints: list[str], directory: str, expected: int, timeout: float = 120.0) -> None:
+    from loadertop.viewer.model import Model
+    from loadertop.viewer.subscriber import Subscriber
+
+    sub = Subscriber(Model(), endpoints, directory=directory, discover=False)
+    deadline = time.monotonic() + timeout
+    try:
+        while time.monotonic() < deadline:
+            sub.poll(100)
+            if sum(1 for s in sub.model.sources.values() if s.last is not None) >= expected:
+                return
+        raise SystemExit(f"the jobs did not report within {timeout:g} s")
+    finally:
+        sub.close()
+
+
+# ------------------------------------------------------------------ headless: the app in a child
+
+
+def run_headless_viewer(endpoints: list[str], directory: str, refresh: float, seconds: float) -> None:
+    """(In the child process) run the real app headless; print {"cpu_s", "wall_s", ...} as JSON."""
+    from loadertop.viewer.app import LoadertopApp
+    from loadertop.viewer.model import Model
+    from loadertop.viewer.subscriber import NetworkFeed, Subscriber
+
+    feed = NetworkFeed(Subscriber(Model(), endpoints, directory=directory, discover=False))
+    app = LoadertopApp(feed, refresh_s=refresh)
+    result = {}
+
+    async def main() -> None:
+        async with app.run_test(headless=True, size=SIZE) as pilot:
+            await pilot.pause(WARMUP_S)
+            c0, w0, t0 = time.process_time(), time.monotonic(), app.ticks
+            await pilot.pause(seconds)
+            c1, w1, t1 = time.process_time(), time.monotonic(), app.ticks
+            result.update(cpu_s=c1 - c0, wall_s=w1 - w0, ticks=t1 - t0,
+                          sources=len((app.document or {}).get("sources") or []))
+            await pilot.press("q")
+
+    asyncio.run(main())
+    print(json.dumps(result))
+
+
+def measure_headless(endpoints: list[str], directory: str, refresh: float, seconds: float) -> dict:
+    out = subprocess.run(
+        [sys.executable, __file__, "--viewer", "--refresh", str(refresh), "--seconds", str(seconds),
+         "--dir", directory, *endpoints], capture_output=True, text=True, check=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+# ------------------------------------------------------------------ tmux: the real command
+
+
+def measure_tmux(endpoints: list[str], directory: str, refresh: float, seconds: float) -> dict:
+    import psutil
+
+    session = f"loadertop-bench-{os.getpid()}"
+    loadertop = shutil.which("loadertop") or f"{sys.executable} -m loadertop"
+    cmd = f"{loadertop} --refresh {refresh} {' '.join(endpoints)}"
+    subprocess.run(["tmux", "new-session", "-d", "-s", session, "-x", str(SIZE[0]), "-y", str(SIZE[1]),
+                    cmd], check=True)
+    try:
+        pane_pid = int(subprocess.run(["tmux", "list-panes", "-t", session, "-F", "#{pane_pid}"],
+                                      capture_output=True, text=True, check=True).stdout.split()[0])
+        # tmux starts the command through a shell, which may or may not exec it.
+        pane = psutil.Process(pane_pid)
+        procs = [pane, *pane.children(recursive=True)]
+        proc = next((q for q in procs if "python" in q.name() or "loadertop" in " ".join(q.cmdline())
+                     and q.name() not in ("sh", "bash", "dash")), pane)
+        time.sleep(WARMUP_S)
+        c0, w0 = sum(proc.cpu_times()[:2]), time.monotonic()
+        time.sleep(seconds)
+        c1, w1 = sum(proc.cpu_times()[:2]), time.monotonic()
+        screen = subprocess.run(["tmux", "capture-pane", "-p", "-t", session],
+                                capture_output=True, text=True).stdout
+        if "batches/s" not in screen:
+            print(screen)
+            raise SystemExit("the viewer in tmux shows no loader figures")
+        return {"cpu_s": c1 - c0, "wall_s": w1 - w0}
+    finally:
+        subprocess.run(["tmux", "kill-session", "-t", session], capture_output=True)
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--seconds", type=float, default=20.0, help="measured time per refresh rate")
+    p.add_argument("--mode", choices=("headless", "tmux", "both"), default="both")
+    p.add_argument("--viewer", action="store_true", help=argparse.SUPPRESS)  # internal: the child
+    p.add_argument("--refresh", type=float, default=1.0, help=argparse.SUPPRESS)
+    p.add_argument("--dir", default=None, help=argparse.SUPPRESS)
+    p.add_argument("endpoints", nargs="*", help=argparse.SUPPRESS)
+    args = p.parse_args()
+    if args.viewer:
+        run_headless_viewer(args.endpoints, args.dir, args.refresh, args.seconds)
+        return 0
+
+    modes = ["headless", "tmux"] if args.mode == "both" else [args.mode]
+    if "tmux" in modes and not shutil.which("tmux"):
+        print("tmux not found: headless only")
+        modes = ["headless"]
+    directory = tempfile.mkdtemp(prefix="loadertop-bench-")
+    procs, endpoints = start_jobs(directory, 2)
+    failed = False
+    try:
+        wait_for_sources(endpoints, directory, expected=4)
+        print(f"watching 4 loaders (2 processes x train+val) for {args.seconds:g} s per run, "
+              f"{os.cpu_count()} cores")
+        for mode in modes:
+            for refresh, goal in GOALS.items():
+                measure = measure_headless if mode == "headless" else measure_tmux
+                r = measure(endpoints, directory, refresh, args.seconds)
+                pct = 100.0 * r["cpu_s"] / r["wall_s"]
+                ok = pct <= goal
+                failed |= not ok
+                ticks = f", {r['ticks']} ticks" if r.get("ticks") is not None else ""
+                if r.get("sources") is not None:
+                    ticks += f", {r['sources']} sources shown"
+                print(f"  {mode:8} refresh {refresh:>4g} s: viewer CPU {pct:5.1f} % of one core "
+                      f"({r['cpu_s']:.2f} s CPU / {r['wall_s']:.1f} s{ticks}) — goal <= {goal:g} %: "
+                      f"{'OK' if ok else 'OVER'}")
+    finally:
+        for proc in procs:
+            proc.terminate()
+        for proc in procs:
+            try:
+                proc.wait(10)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, 9)
+                proc.wait()
+        shutil.rmtree(directory, ignore_errors=True)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
