@@ -99,6 +99,10 @@ GPU_UNDERUSED_PERCENT = 70.0
 # next(): the workers are ahead, the main process (receive, unpickle, collate, pin) is the limit.
 READY_WHEN_WAITING_MAIN_BOUND = 0.5
 READY_WHEN_WAITING_LEAVE = 0.4  # margin: leave main_process_bound only below this
+# ... unless the loop's thread was measured mostly off-CPU inside next(): then it was blocked on the
+# next in-order batch (the "ready" ones arrived out of order or sit in a worker's send buffer) or
+# starved of CPU by busy workers — the workers or the CPU are the limit, not the main process.
+LOOP_CPU_MAIN_BOUND_MIN = 0.5
 
 # The machine's CPU (or our workers' share of the cores available to us) is busy >= 90 %: every
 # core is in use and one more worker only time-slices with the others.
@@ -124,7 +128,7 @@ IO_WORKERS_PER_CORE_MAX = 4
 MAIN_PROCESS_CORES = 1
 # A step shorter than this is "no step at all" (a loop that only iterates the loader): a worker
 # count from fetch / step would be meaningless, so advice goes to the cap.
-STEP_MS_NEGLIGIBLE = 0.05
+STEP_MS_NEGLIGIBLE = 0.5
 # Many small batches: each costs ~0.5-0.8 ms to receive in the main process (FIELD-NOTES), so from
 # 200 batches/s on that overhead alone is >= 10 % of wall time.
 TINY_BATCHES_PER_S = 200.0
@@ -733,7 +737,10 @@ def _input_bound_verdict(facts: _Facts, threshold: float, previous: str | None) 
     ready_threshold = (READY_WHEN_WAITING_LEAVE if previous == MAIN_PROCESS_BOUND
                        else READY_WHEN_WAITING_MAIN_BOUND)
     saturation = _cpu_saturation(facts, previous)
-    if facts.uses_workers and ready_when_waiting is not None and ready_when_waiting >= ready_threshold:
+    loop_cpu = _num(queue.get("loop_cpu_when_waiting"))
+    loop_blocked = loop_cpu is not None and loop_cpu < LOOP_CPU_MAIN_BOUND_MIN
+    if (facts.uses_workers and ready_when_waiting is not None and ready_when_waiting >= ready_threshold
+            and not loop_blocked):
         evidence = [wait_line, f"a batch was ready in {_pct(ready_when_waiting)} of the samples while "
                     f"the loop waited (threshold {_pct(ready_threshold)})"]
         advice = _main_process_advice(facts)

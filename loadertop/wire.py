@@ -72,6 +72,10 @@ class QueueReport(msgspec.Struct, frozen=True):
     in_flight_sum: Count = 0
     waiting_samples: Count = 0
     waiting_ready_samples: Count = 0
+    # CPU time the loop's thread used between consecutive samples that caught it inside the same
+    # next() call: near 0 means it was blocked (or starved), near 1 that it was busy receiving.
+    waiting_cpu_ns: Count = 0
+    waiting_wall_ns: Count = 0
 
 
 class WorkerReport(msgspec.Struct, frozen=True):

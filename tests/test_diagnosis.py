@@ -371,6 +371,21 @@ def test_ready_when_waiting_boundary_and_margin(rww, previous, expected):
     assert cat(input_bound(queue={"ready_when_waiting": rww}), previous=previous) == expected
 
 
+@pytest.mark.parametrize("loop_cpu, expected", [
+    (None, "main_process_bound"),   # no long waits measured: the ready samples decide
+    (0.49, "input_bound_cpu"),      # the loop was blocked inside next(), not busy
+    (0.5, "main_process_bound"), (0.95, "main_process_bound")])
+def test_loop_cpu_while_waiting_vetoes_main_process_bound(loop_cpu, expected):
+    src = input_bound(queue={"ready_when_waiting": 0.8, "loop_cpu_when_waiting": loop_cpu})
+    assert cat(src) == expected
+
+
+def test_blocked_loop_with_ready_batches_on_a_saturated_cpu_is_cpu_saturated():
+    # 4 CPU-burning workers on 2 cores: out-of-order batches look "ready", the loop is starved.
+    src = input_bound(queue={"ready_when_waiting": 0.7, "loop_cpu_when_waiting": 0.04})
+    assert cat(src, make_system(cpu_count=2, cores_available=2.0, cpu_percent=99.0)) == "cpu_saturated"
+
+
 def test_main_process_advice():
     src = input_bound(queue={"ready_when_waiting": 0.95}, batches_per_s=900.0,
                       config={"pin_memory": True, "batch_size": 8})

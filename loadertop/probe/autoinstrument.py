@@ -233,6 +233,7 @@ def _find_or_create(loader, probe, frame):
         if previous is not None and previous._loader_ref() is None:
             # The loader made here before has died: this one takes over its source.
             previous._loader_ref = weakref.ref(loader)
+            publisher.ensure_registered(previous)
             return (pid, previous, publisher.worker_endpoint)
     record = publisher.register(loader, publisher.unique_name(guess_name(loader, frame)))
     if key is not None:

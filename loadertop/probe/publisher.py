@@ -25,6 +25,7 @@ from loadertop.probe.record import LoaderRecord
 SAMPLE_S = 0.02  # queue-depth sampling period: enough samples per report to see the fill
 REPORT_S = 0.25  # one report per loader: 4 Hz keeps the viewer's 1 s refresh fresh
 SLOW_S = 1.0  # psutil worker sampling and the system sample
+RETIRE_AFTER_S = 10.0  # a loader garbage-collected this long ago says goodbye and stops reporting
 SNDHWM = 1000
 CLOSE_LINGER_MS = 200  # at exit, let the goodbye messages leave, but never hold exit longer
 LOOPBACK_HOSTS = ("127.", "localhost", "[::1]", "::1")
@@ -122,6 +123,29 @@ class Publisher:
             self.records.append(record)
         self._start()
         return record
+
+    def ensure_registered(self, record: LoaderRecord) -> None:
+        """Report `record` again (a retired one reused for a new loader, see autoinstrument)."""
+        with self._records_lock:
+            record.retired_since = None
+            if record not in self.records:
+                self.records.append(record)
+
+    def _retire_dead(self, zmq, pub, records: list[LoaderRecord], now: float) -> None:
+        """Loaders created anew each epoch would otherwise pile up as sources reported forever."""
+        for record in records:
+            if not record.alive():
+                if record.retired_since is None:
+                    record.retired_since = now
+                elif now - record.retired_since >= RETIRE_AFTER_S:
+                    sent_at = time.time()
+                    self._send(zmq, pub, record.report(time.perf_counter_ns(), sent_at, None))
+                    self._send(zmq, pub, record.goodbye(sent_at))
+                    with self._records_lock:
+                        if record in self.records and record.retired_since is not None:
+                            self.records.remove(record)
+            else:
+                record.retired_since = None
 
     def _start(self) -> None:
         if self._thread is not None:
@@ -268,6 +292,7 @@ class Publisher:
                 next_slow = now + SLOW_S
                 for record in records:
                     record.sample_workers()
+                self._retire_dead(zmq, pub, records, now)
                 self._send_system(zmq, pub)
                 cpu, wall = time.thread_time(), clock()
                 if wall - wall_mark >= SLOW_S / 2:  # the first tick comes at once: no figure yet

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import operator
 import os
+import threading
 import time
 import weakref
 from collections import deque
@@ -70,6 +71,9 @@ class LoaderRecord:
         self._worker_status: dict[int, tuple] = {}
         self._psutil: dict[int, psutil.Process] = {}
         self._worker_procs: list = []
+        self.retired_since: float | None = None  # set by the publisher while the loader is dead
+        self._loop_cpu_clock: int | None = None  # CPU clock of the thread that iterates
+        self._waiting_mark: tuple[int, int, int] | None = None  # (t0 of next(), wall, cpu)
 
     # ------------------------------------------------------------ training thread (not hot)
     def attach(self, iterator) -> None:
@@ -83,6 +87,7 @@ class LoaderRecord:
         except Exception:
             pass
         self._worker_status = {}  # the previous epoch's workers are not this epoch's
+        self._loop_cpu_clock = _thread_cpu_clock()
         loader = self._loader_ref() if self._loader_ref else None
         if loader is not None:
             try:
@@ -90,6 +95,11 @@ class LoaderRecord:
             except Exception:
                 pass
         self.events.append(EPOCH_MARK)
+
+    def alive(self) -> bool:
+        """False once the loader is garbage-collected and no iterator of it remains."""
+        loader = self._loader_ref() if self._loader_ref is not None else None
+        return loader is not None or self.iterator is not None
 
     @property
     def iterator(self):
@@ -107,6 +117,8 @@ class LoaderRecord:
         self._q_flight_sum = 0
         self._q_waiting = 0
         self._q_waiting_ready = 0
+        self._q_waiting_cpu = 0
+        self._q_waiting_wall = 0
         self._q_last: torch_internals.QueueDepth | None = None
         self._loop_us: list[int] = []
         self._loop_wall = 0
@@ -212,6 +224,7 @@ class LoaderRecord:
         self._q_samples += 1
         self._q_ready_sum += depth.ready
         self._q_flight_sum += depth.in_flight
+        self._sample_loop_cpu()
         if in_next:
             self._q_waiting += 1
             # mp.Queue counts a batch from the worker's put() until the loop has received all
@@ -219,6 +232,30 @@ class LoaderRecord:
             # it is receiving: only a second one proves a batch sat ready while the loop waited.
             if depth.ready >= 2:
                 self._q_waiting_ready += 1
+
+    def _sample_loop_cpu(self) -> None:
+        """The loop thread's CPU share while blocked in one long next() call.
+
+        Read from this thread through the loop thread's CPU clock, never on the hot path. Only
+        two samples inside the *same* next() call count: short calls (the main-process-bound
+        case) rarely span two samples and give no figure, long waits do.
+        """
+        since = self.in_next_since
+        clock = self._loop_cpu_clock
+        if since is None or clock is None:
+            self._waiting_mark = None
+            return
+        try:
+            cpu = time.clock_gettime_ns(clock)
+        except OSError:  # the thread is gone
+            self._loop_cpu_clock = self._waiting_mark = None
+            return
+        wall = time.perf_counter_ns()
+        mark = self._waiting_mark
+        if mark is not None and mark[0] == since:
+            self._q_waiting_wall += wall - mark[1]
+            self._q_waiting_cpu += max(0, cpu - mark[2])
+        self._waiting_mark = (since, wall, cpu)
 
     def add_worker_sample(self, sample: wire.WorkerSample) -> None:
         acc = self._workers.get(sample.worker_id)
@@ -284,6 +321,8 @@ class LoaderRecord:
             in_flight_sum=self._q_flight_sum,
             waiting_samples=self._q_waiting,
             waiting_ready_samples=self._q_waiting_ready,
+            waiting_cpu_ns=self._q_waiting_cpu,
+            waiting_wall_ns=self._q_waiting_wall,
         )
         dropped = self.dropped + sum(w.dropped for w in self._workers.values())
         msg = wire.LoaderReport(
@@ -326,6 +365,14 @@ class LoaderRecord:
                            batches_total=self.batches_total)
         self.seq += 1
         return msg
+
+
+def _thread_cpu_clock() -> int | None:
+    """The calling thread's CPU-time clock id, readable from other threads (Linux, macOS)."""
+    try:
+        return time.pthread_getcpuclockid(threading.get_ident())
+    except (AttributeError, OSError):
+        return None
 
 
 def _micros(samples_ns: list[int]) -> list[int]:

@@ -21,6 +21,7 @@ GONE_AFTER_S = 3.0  # no report for this long (reports come every 0.25 s): the s
 FORGET_AFTER_S = 600.0  # finished/gone sources stay visible this long, then are dropped
 SYSTEM_STALE_S = 10.0  # machine figures older than this are not shown as current
 LATE_REPORT_S = 1.0  # a report this old says the probe's thread is starved or frozen
+LOOP_CPU_MIN_WALL_NS = 100_000_000  # loop CPU share while waiting: only from >= 100 ms of long waits
 WAITING_FRACTION = 0.5  # the state is `waiting` when the loop waits at least this share of the time
 WAITING_BLOCKED_MS = 1000.0  # ... or has been blocked in next() this long right now
 
@@ -47,6 +48,10 @@ def stats_ms(samples_us: list[int]) -> dict | None:
         "p99": _round(percentile(values, 99)),
         "max": _round(values[-1]),
     }
+
+
+def _ratio(num: float, den: float, *, min_denominator: float = 0) -> float | None:
+    return _round(num / den, 3) if den > 0 and den >= min_denominator else None
 
 
 def _round(value: float | None, digits: int = 3) -> float | None:
@@ -198,6 +203,9 @@ class Model:
             "in_flight_mean": _round(sum(m.queue.in_flight_sum for m in window) / samples, 2) if samples else None,
             "ready_when_waiting": _round(sum(m.queue.waiting_ready_samples for m in window) / waiting, 3) if waiting else None,
             "waiting_samples": waiting,
+            "loop_cpu_when_waiting": _ratio(sum(m.queue.waiting_cpu_ns for m in window),
+                                            sum(m.queue.waiting_wall_ns for m in window),
+                                            min_denominator=LOOP_CPU_MIN_WALL_NS),
         }
 
     @staticmethod
