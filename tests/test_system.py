@@ -403,3 +403,13 @@ def test_limit_above_physical_ram_is_reported_but_not_applied(tmp_path):
         doc = s.sample()
     assert doc["cgroup"]["mem_limit_bytes"] == physical * 2
     assert doc["mem_total_bytes"] == physical
+
+
+def test_float_rounding_dust_on_an_idle_core_is_zero_not_unknown():
+    # Measured here: an idle core's busy delta came out as -4.5e-13 s (sums of large floats).
+    from loadertop.system.host import _cpu_percent
+
+    before = _ticks(total=1000.1, busy=500.3)
+    after = _ticks(total=1000.2, busy=500.3 - 4.5e-13)
+    assert _cpu_percent(before, after)[0] == 0.0
+    assert _cpu_percent(before, _ticks(total=1000.2, busy=500.2))[0] is None  # really backwards

@@ -64,13 +64,17 @@ class _SingleProcessIterator(_InstrumentedIterator):
     """num_workers=0: the loop itself fetches, so its fetch CPU time is sampled here — at most
     once per LOOP_CPU_SAMPLE_NS, because a thread CPU-clock read is a syscall (~0.8 µs here)."""
 
-    __slots__ = ()
+    __slots__ = ("_next_cpu_sample",)
+
+    def __init__(self, inner, record: LoaderRecord) -> None:
+        super().__init__(inner, record)
+        self._next_cpu_sample = 0
 
     def __next__(self):
         append = self._append
         t0 = _clock()
         append(t0)
-        if t0 >= self._rec.next_cpu_sample:
+        if t0 >= self._next_cpu_sample:
             return self._sampled_next(t0)
         try:
             batch = self._next()
@@ -90,9 +94,8 @@ class _SingleProcessIterator(_InstrumentedIterator):
         c1 = _thread_cpu()
         t1 = _clock()
         self._append(-t1)
-        rec = self._rec
-        rec.loop_samples.append((t1 - t0, c1 - c0))
-        rec.next_cpu_sample = t1 + LOOP_CPU_SAMPLE_NS
+        self._rec.loop_samples.append((t1 - t0, c1 - c0))
+        self._next_cpu_sample = t1 + LOOP_CPU_SAMPLE_NS
         return batch
 
 

@@ -10,6 +10,7 @@ frozen or dead viewer costs dropped messages (visible as sequence gaps), never a
 from __future__ import annotations
 
 import atexit
+import math
 import os
 import signal
 import socket
@@ -274,8 +275,13 @@ class Publisher:
         next_sample = next_report = next_slow = clock()
         cpu_mark, wall_mark = time.thread_time(), clock()
         probe_cpu = None
+        sampling = False
         while not self._stop.is_set():
-            timeout_ms = max(0.0, (next_sample - clock()) * 1000)
+            # Wake for the next due job: queue samples only while a loader with workers is being
+            # iterated (nothing to sample otherwise), reports and the 1 Hz work always. Rounded
+            # up: zmq truncates a timeout to whole ms, and a 0 would spin until the deadline.
+            due = min(next_report, next_slow, next_sample if sampling else next_report)
+            timeout_ms = max(0, math.ceil((due - clock()) * 1000))
             for sock, _ in poller.poll(timeout_ms):
                 if sock is pub:
                     self._read_subscriptions(zmq, pub)
@@ -284,7 +290,8 @@ class Publisher:
             now = clock()
             with self._records_lock:
                 records = list(self.records)
-            if now >= next_sample:
+            sampling = any(record.has_queue() for record in records)
+            if sampling and now >= next_sample:
                 next_sample = max(next_sample + SAMPLE_S, now)
                 for record in records:
                     record.sample_queue()

@@ -45,7 +45,6 @@ class LoaderRecord:
                  command: str, process_started_at: float) -> None:
         # --- written by the training thread ---
         self.events: deque = deque(maxlen=EVENTS_MAXLEN)  # t0 > 0, -t1 < 0, 0, or EPOCH_MARK
-        self.next_cpu_sample = 0
         self.loop_samples: deque = deque(maxlen=4096)  # (wall_ns, cpu_ns), num_workers=0
         self._iterator_ref = None
         # --- identity ---
@@ -209,6 +208,10 @@ class LoaderRecord:
         self._step_ns += sum(steps_ns)
         self._wait_samples.extend(waits_ns)
         self._step_samples.extend(steps_ns)
+
+    def has_queue(self) -> bool:
+        """A multiprocessing iterator is live: its queue is worth sampling."""
+        return self.config.num_workers > 0 and self.iterator is not None
 
     def sample_queue(self) -> None:
         """One queue-depth sample (publisher thread, ~50 Hz)."""

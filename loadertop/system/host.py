@@ -207,13 +207,19 @@ def _cpu_figures(previous: Counters | None, current: Counters) -> dict[str, Any]
     return {"cpu_percent": cpu_percent, "per_cpu_percent": per_cpu, "iowait_percent": iowait_percent}
 
 
+_TICK_DUST = 1e-6  # seconds
+
+
 def _cpu_percent(before: CpuTicks, after: CpuTicks) -> tuple[float | None, float | None]:
     """(busy %, iowait %) between two readings; None when nothing can be said."""
     total = after.total - before.total
     busy = after.busy - before.busy
     # No tick elapsed (two samples within 10 ms) or counters went backwards: no honest answer.
-    if total <= 0 or busy < 0:
+    # Sums of large float counters leave rounding dust (-4.5e-13 seen on an idle core): a
+    # microsecond of tolerance tells that from a real step backwards.
+    if total <= _TICK_DUST or busy < -_TICK_DUST:
         return None, None
+    busy = max(0.0, busy)
     iowait: float | None = None
     if after.iowait is not None and before.iowait is not None and after.iowait >= before.iowait:
         iowait = _clamp_percent(100.0 * (after.iowait - before.iowait) / total)
