@@ -100,7 +100,6 @@ class Publisher:
         self._send_now = False
         self._thread: threading.Thread | None = None
         self._system = None
-        self._system_msg = None
         self._curve = None  # loadertop.remote.CurveServer when LOADERTOP_CURVE_SECRET is set
 
     # ------------------------------------------------------------ training thread side
@@ -176,7 +175,7 @@ class Publisher:
             from loadertop.probe.system_feed import SystemFeed
 
             self._system = SystemFeed(self.host)
-            self._system_msg = self._system.report()  # NVML's dlopen happens here too, not in the thread
+            self._system.report()  # primes the rates; NVML's dlopen happens here, not in the thread
         except Exception:
             self._system = None
         self._thread = threading.Thread(target=self._run, name="loadertop-publisher", daemon=True)

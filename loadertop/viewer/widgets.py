@@ -35,19 +35,19 @@ CATEGORIES: dict[str, Category] = {
     "compute_bound": Category("Healthy: compute-bound", "green", "ok"),
     "input_bound_io": Category("Input-bound: waiting on I/O", "yellow", "warn"),
     "input_bound_cpu": Category("Input-bound: workers CPU-limited", "yellow", "warn"),
-    "main_process_bound": Category("Main-process-bound", "dark_orange", "warn"),
+    "main_process_bound": Category("Main-process-bound", "#ff8700", "warn"),
     "cpu_saturated": Category("CPU saturated", "red", "bad"),
     "memory_pressure": Category("Memory pressure", "red", "bad"),
     "stalled": Category("Stalled", "red", "bad"),
-    "idle": Category("Idle", "grey62", "none"),
-    "insufficient_data": Category("Gathering data", "grey62", "none"),
+    "idle": Category("Idle", "#9e9e9e", "none"),
+    "insufficient_data": Category("Gathering data", "#9e9e9e", "none"),
 }
 
 
 def category(name: str | None) -> Category:
     if name is None:
-        return Category("No diagnosis yet", "grey62", "none")
-    return CATEGORIES.get(name, Category(name.replace("_", " "), "grey62", "none"))
+        return Category("No diagnosis yet", "#9e9e9e", "none")
+    return CATEGORIES.get(name, Category(name.replace("_", " "), "#9e9e9e", "none"))
 
 
 # Colour thresholds (percent of capacity in use), as named constants, like nvitop's.
@@ -62,7 +62,9 @@ DISCONNECTED_AFTER_S = 30.0
 # The loop being inside next() longer than this is worth a red line in the loader panel.
 BLOCKED_SHOW_MS = 1000.0
 
-OK, WARN, BAD, DIM, ACCENT = "green", "yellow", "red", "grey62", "cyan"
+# Hex, not Rich names like grey62: Textual parses colours itself, and a name it does not know costs
+# a failed parse plus a difflib suggestion search on every render (measured: the 1 s viewer's CPU).
+OK, WARN, BAD, DIM, ACCENT = "green", "yellow", "red", "#9e9e9e", "cyan"
 
 
 def load_colour(percent: float | None) -> str:
