@@ -19,6 +19,8 @@ from rich.text import Text
 from textual.widget import Widget
 from textual.widgets import DataTable
 
+from loadertop.viewer import ranks
+
 # --------------------------------------------------------------------------- one place for words & colours
 
 MISSING = "–"  # a figure that is unknown (None) is shown as this, never as 0
@@ -1100,7 +1102,7 @@ class OverviewTable(DataTable):
     def show(self, doc: dict | None, selected: int) -> None:
         self._last = (doc, selected)
         sources = (doc or {}).get("sources") or []
-        straggler = straggler_index(sources)
+        straggler = straggler_index(doc)
         all_cells = []
         labels = source_labels(sources)
         for i, s in enumerate(sources):
@@ -1133,14 +1135,10 @@ class OverviewTable(DataTable):
         set_border_title(self, title)
 
 
-def straggler_index(sources: Sequence[dict]) -> int | None:
-    """With several ranks, the source with the highest wait fraction — if it stands out."""
-    ranked = [(i, s) for i, s in enumerate(sources)
-              if s.get("rank") is not None and s.get("wait_fraction") is not None]
-    if len({s.get("rank") for _, s in ranked}) < 2:
-        return None
-    i, worst = max(ranked, key=lambda p: p[1]["wait_fraction"])
-    others = [s["wait_fraction"] for _, s in ranked if s is not worst and s.get("name") == worst.get("name")]
-    if worst["wait_fraction"] < WAIT_WARN_FRACTION or (others and worst["wait_fraction"] <= max(others) * 1.5):
-        return None
-    return i
+def straggler_index(doc: dict | None) -> int | None:
+    """The index of the straggler rank named by the document (`ranks.straggler`, computed by the
+    model with loadertop.viewer.ranks — one rule for the screen and `snapshot --json`)."""
+    doc = doc or {}
+    sources = doc.get("sources") or []
+    found = (doc.get("ranks") or {}).get("straggler") if "ranks" in doc else ranks.straggler(sources)
+    return next((i for i, s in enumerate(sources) if s.get("id") == found), None) if found else None
