@@ -51,7 +51,13 @@ def stats_ms(samples_us: list[int]) -> dict | None:
 
 
 def _ratio(num: float, den: float, *, min_denominator: float = 0) -> float | None:
-    return _round(num / den, 3) if den > 0 and den >= min_denominator else None
+    """A CPU-time / wall-time fraction in 0..1 (the contract's range), None without wall time.
+
+    CPU time can exceed wall time by a hair (clock granularity, measured 1.001) or by more when a
+    dataset decodes in threads; either way the figure means "computing all the time": 1."""
+    if den <= 0 or den < min_denominator:
+        return None
+    return _round(min(1.0, max(0.0, num / den)), 3)
 
 
 def _round(value: float | None, digits: int = 3) -> float | None:
@@ -231,7 +237,7 @@ class Model:
                 "rss_bytes": w.rss_bytes,
                 "batches": batches,
                 "fetch_ms": stats_ms(fetch_us),
-                "cpu_fraction": _round(cpu / wall, 3) if wall > 0 else None,
+                "cpu_fraction": _ratio(cpu, wall),
             })
         return out
 
@@ -243,7 +249,7 @@ class Model:
         fetch = [v for m in window for v in m.wait_us]
         wall = sum(m.loop_fetch_wall_ns for m in window)
         cpu = sum(m.loop_fetch_cpu_ns for m in window)
-        return {"fetch_ms": stats_ms(fetch), "cpu_fraction": _round(cpu / wall, 3) if wall > 0 else None}
+        return {"fetch_ms": stats_ms(fetch), "cpu_fraction": _ratio(cpu, wall)}
 
     @staticmethod
     def _state(fig: dict, state: SourceState, live: bool) -> str:
