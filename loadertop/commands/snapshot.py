@@ -17,9 +17,9 @@ def take(endpoint_args: list[str], seconds: float, *, key=None, server_key=None)
         watch(sub, seconds)
         doc = sub.model.document(time.time(), window_s=seconds)
         if not doc["sources"]:
-            return None, no_sources_message(sub) if not sub.found_any() else (
-                "no data received from " + ", ".join(sub.sockets) +
-                f" within {seconds:g} s (is the trainer running and iterating an instrumented loader?)")
+            return None, ("no data received from " + ", ".join(sub.sockets) +
+                          f" within {seconds:g} s (is the trainer running and iterating an"
+                          " instrumented loader?)")
         return doc, None
     finally:
         sub.close()

@@ -281,30 +281,22 @@ def guess_name(loader, frame) -> str | None:
     (`self.train_loader`), or a global — looked up once per loader, from the frame iterating it.
     None (then loader0, loader1, …) when no such name is found."""
     for f in _user_frames(frame):
-        try:
-            local_items = list(f.f_locals.items())
-        except Exception:
-            local_items = []
-        for name, value in local_items:
-            if value is loader and _usable(name):
-                return name
+        local_items = _items(lambda: f.f_locals)
         owner = next((v for k, v in local_items if k == "self"), None)
-        if owner is not None and owner is not loader:
-            try:
-                attrs = list(vars(owner).items())
-            except Exception:
-                attrs = []
-            for name, value in attrs:
+        attr_items = _items(lambda: vars(owner)) if owner is not None and owner is not loader else []
+        for items, strip in ((local_items, False), (attr_items, True), (_items(lambda: f.f_globals), False)):
+            for name, value in items:
                 if value is loader and _usable(name):
-                    return name.lstrip("_") or name
-        try:
-            global_items = list(f.f_globals.items())
-        except Exception:
-            global_items = []
-        for name, value in global_items:
-            if value is loader and _usable(name):
-                return name
+                    return (name.lstrip("_") or name) if strip else name
     return None
+
+
+def _items(namespace) -> list:
+    """A snapshot of a namespace's items; [] when it cannot be read (a proxy, no __dict__)."""
+    try:
+        return list(namespace().items())
+    except Exception:
+        return []
 
 
 def _usable(name: str) -> bool:

@@ -93,7 +93,6 @@ class Publisher:
         self.worker_endpoint: str | None = f"ipc://{self.directory}/{self.pid}-workers.sock"
         self.entry_path = None
         self.failed: str | None = None
-        self.sent = 0
         self.subscriptions = 0  # viewers subscribed now (XPUB_VERBOSE reports each one)
         self._stop = threading.Event()
         self._ready = threading.Event()
@@ -314,7 +313,6 @@ class Publisher:
     def _send(self, zmq, pub, msg) -> None:
         try:
             pub.send(wire.encode(msg), zmq.NOBLOCK)
-            self.sent += 1
         except zmq.Again:  # PUB drops at HWM by itself; this is only defensive
             pass
 

@@ -104,12 +104,10 @@ class Model:
         self.endpoints: dict[str, float | None] = {}  # endpoint -> last time it delivered
         self.discovery_dir: str | None = None
         self.stabilizer = diagnosis.VerdictStabilizer()
-        self.changed = True
 
     # ------------------------------------------------------------ ingest
     def ingest(self, msg: wire.Message, now: float, endpoint: str | None = None) -> None:
         self.received += 1
-        self.changed = True
         if endpoint is not None:
             self.endpoints[endpoint] = now
         if isinstance(msg, wire.LoaderReport):
@@ -301,7 +299,6 @@ class Model:
             sources.append(fig)
         hosts = [s["host"] for s in sources if s["state"] not in ("gone", "finished")]
         system = self.system_figures(hosts[0] if hosts else None, now)
-        self.changed = False
         last_data = max(self.endpoints.values(), default=None, key=lambda t: t or 0)
         return {
             "schema": SNAPSHOT_SCHEMA,

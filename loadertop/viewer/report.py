@@ -6,40 +6,25 @@ import json
 import time
 
 from loadertop import diagnosis
-
-_UNITS = ("B", "KiB", "MiB", "GiB", "TiB")
-
-
-def fmt_bytes(value: float | None) -> str:
-    if value is None:
-        return "–"
-    value = float(value)
-    for unit in _UNITS:
-        if abs(value) < 1024 or unit == _UNITS[-1]:
-            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
-        value /= 1024
-    return "–"
-
-
-def fmt_num(value: float | None, digits: int = 1, suffix: str = "") -> str:
-    if value is None:
-        return "–"
-    return f"{value:.{digits}f}{suffix}"
-
-
-def fmt_pct(fraction: float | None) -> str:
-    return "–" if fraction is None else f"{fraction * 100:.0f} %"
+from loadertop.viewer.units import (
+    MISSING,
+    fmt_bytes,
+    fmt_float,
+    fmt_frac_pct,
+    fmt_pct,
+    fmt_per_s,
+    fmt_rate,
+)
 
 
 def _stats(stats: dict | None) -> str:
     if not stats:
-        return "–"
+        return MISSING
     return f"{stats['p50']:.2f} / {stats['p95']:.2f} / {stats['p99']:.2f}"
 
 
 def render_json(doc: dict) -> str:
-    public = {k: v for k, v in doc.items()}
-    return json.dumps(public, indent=2, sort_keys=False)
+    return json.dumps(doc, indent=2)
 
 
 def render_text(doc: dict) -> str:
@@ -81,8 +66,8 @@ def _source_lines(src: dict, with_verdict: bool) -> list[str]:
         f"{src['name']}{rank} · {src['host']}:{src['pid']} · {src['state']} · "
         f"{cfg['num_workers']} workers · batch {cfg['batch_size']} · {cfg['dataset']}",
         f"  batches {src['batches']} in window ({src['batches_total']} total) · "
-        f"{fmt_num(src['batches_per_s'])} batches/s · {fmt_num(src['samples_per_s'], 0)} samples/s",
-        f"  wait p50/p95/p99 {_stats(src['wait_ms'])} ms · waiting {fmt_pct(src['wait_fraction'])} of the time"
+        f"{fmt_per_s(src['batches_per_s'])} batches/s · {fmt_per_s(src['samples_per_s'])} samples/s",
+        f"  wait p50/p95/p99 {_stats(src['wait_ms'])} ms · waiting {fmt_frac_pct(src['wait_fraction'])} of the time"
         + (f" · blocked now {src['blocked_ms']:.0f} ms" if src.get("blocked_ms") is not None else ""),
         f"  step p50/p95/p99 {_stats(src['step_ms'])} ms",
         f"  queue ready {_q(q['ready'])} · in flight {_q(q['in_flight'])} · capacity {_q(q['capacity'])}",
@@ -90,7 +75,7 @@ def _source_lines(src: dict, with_verdict: bool) -> list[str]:
     loop = src.get("loop") or {}
     if loop.get("fetch_ms"):
         out.append(f"  main process fetch p50/p95 {loop['fetch_ms']['p50']:.2f} / "
-                   f"{loop['fetch_ms']['p95']:.2f} ms · cpu_fraction {fmt_num(loop['cpu_fraction'], 2)}")
+                   f"{loop['fetch_ms']['p95']:.2f} ms · cpu_fraction {fmt_float(loop['cpu_fraction'])}")
     if src["workers"]:
         out.append("  worker  pid      state        fetch p50/p95 ms   cpu_frac  CPU %   RSS")
     for w in src["workers"]:
@@ -99,10 +84,10 @@ def _source_lines(src: dict, with_verdict: bool) -> list[str]:
         else:
             state = "alive" if w["alive"] else "?"
         fetch = w["fetch_ms"]
-        fetch_txt = f"{fetch['p50']:.1f} / {fetch['p95']:.1f}" if fetch else "–"
+        fetch_txt = f"{fetch['p50']:.1f} / {fetch['p95']:.1f}" if fetch else MISSING
         out.append(
             f"  {w['id']:<6}  {w['pid'] or '–':<7}  {state:<11}  {fetch_txt:<17}  "
-            f"{fmt_num(w['cpu_fraction'], 2):<8}  {fmt_num(w['cpu_percent'], 0):<6}  {fmt_bytes(w['rss_bytes'])}")
+            f"{fmt_float(w['cpu_fraction']):<8}  {fmt_float(w['cpu_percent'], 0):<6}  {fmt_bytes(w['rss_bytes'])}")
     verdict = src.get("diagnosis")
     if with_verdict and verdict and verdict.get("category") not in (None, diagnosis.IDLE):
         out.append("  " + _verdict_line(verdict).replace("\n", "\n  "))
@@ -110,26 +95,26 @@ def _source_lines(src: dict, with_verdict: bool) -> list[str]:
 
 
 def _q(value) -> str:
-    return "–" if value is None else str(value)
+    return MISSING if value is None else str(value)
 
 
 def _system_lines(system: dict | None) -> list[str]:
     if not system:
         return ["machine: no figures yet"]
     out = [
-        f"machine {system.get('host', '?')}: CPU {fmt_num(system.get('cpu_percent'), 0, ' %')} of "
-        f"{system.get('cpu_count')} cores · iowait {fmt_num(system.get('iowait_percent'), 1, ' %')} · "
-        f"load {fmt_num(system.get('load_avg_1m'), 2)}",
+        f"machine {system.get('host', '?')}: CPU {fmt_pct(system.get('cpu_percent'))} of "
+        f"{system.get('cpu_count')} cores · iowait {fmt_pct(system.get('iowait_percent'), 1)} · "
+        f"load {fmt_float(system.get('load_avg_1m'))}",
         f"  RAM {fmt_bytes(system.get('mem_available_bytes'))} available of "
         f"{fmt_bytes(system.get('mem_total_bytes'))} · swap {fmt_bytes(system.get('swap_used_bytes'))} used, "
-        f"in {fmt_bytes(system.get('swap_in_bytes_per_s'))}/s out {fmt_bytes(system.get('swap_out_bytes_per_s'))}/s",
-        f"  disk read {fmt_bytes(system.get('disk_read_bytes_per_s'))}/s · write "
-        f"{fmt_bytes(system.get('disk_write_bytes_per_s'))}/s",
+        f"in {fmt_rate(system.get('swap_in_bytes_per_s'))} out {fmt_rate(system.get('swap_out_bytes_per_s'))}",
+        f"  disk read {fmt_rate(system.get('disk_read_bytes_per_s'))} · write "
+        f"{fmt_rate(system.get('disk_write_bytes_per_s'))}",
     ]
     status = system.get("gpu_status")
     if status == "ok":
         for gpu in system.get("gpus", []):
-            out.append(f"  GPU{gpu['index']} {gpu['name']}: util {fmt_num(gpu.get('util_percent'), 0, ' %')} · "
+            out.append(f"  GPU{gpu['index']} {gpu['name']}: util {fmt_pct(gpu.get('util_percent'))} · "
                        f"mem {fmt_bytes(gpu.get('mem_used_bytes'))} / {fmt_bytes(gpu.get('mem_total_bytes'))}")
     else:
         words = {"no_nvml": "NVML not available", "no_gpu": "no GPU found"}.get(status, status)
