@@ -52,6 +52,18 @@ def wait_for(predicate, timeout: float, what: str = "a condition", interval: flo
         time.sleep(interval)
 
 
+def kill_group(proc: subprocess.Popen) -> None:
+    """SIGKILL a child started in its own session, with everything it started, and reap it."""
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+    try:
+        proc.wait(10)
+    except subprocess.TimeoutExpired:
+        pass
+
+
 def clean_env(directory: Path | str, **extra: str) -> dict:
     env = os.environ.copy()
     for var in ("LOADERTOP_ENDPOINT", "LOADERTOP_DISABLE", "PYTHONPROFILEIMPORTTIME"):
@@ -205,14 +217,7 @@ class Workload:
 
     def kill(self) -> None:
         """SIGKILL the whole process group (a hung worker would otherwise outlive the test)."""
-        try:
-            os.killpg(self.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
-        try:
-            self.proc.wait(10)
-        except subprocess.TimeoutExpired:
-            pass
+        kill_group(self.proc)
         for fh in (self._out, self._err):
             fh.close()
         if self._own_dir:

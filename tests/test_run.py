@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import clean_env, short_tmpdir, snapshot, wait_for
+from conftest import clean_env, kill_group, short_tmpdir, snapshot, wait_for
 from loadertop.viewer import ranks
 
 PY = sys.executable
@@ -70,14 +70,7 @@ class Job:
         return self.proc.wait(timeout)
 
     def kill(self) -> None:
-        try:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
-        try:
-            self.proc.wait(10)
-        except subprocess.TimeoutExpired:
-            pass
+        kill_group(self.proc)
 
 
 @pytest.fixture

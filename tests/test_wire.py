@@ -4,6 +4,7 @@ raising (issue 2: "bad input to the reader")."""
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections import Counter
 
@@ -326,15 +327,28 @@ def _poll_until(sub: Subscriber, predicate, timeout: float, what: str) -> None:
         sub.poll(timeout_ms=20)
 
 
-def test_subscriber_counts_and_drops_bad_frames_and_keeps_valid_ones(lt_dir):
+@contextlib.contextmanager
+def _pub_and_subscriber(lt_dir, name: str, sndhwm: int | None = None):
+    """A PUB bound in the test and a real Subscriber + Model connected to it, torn down after."""
     ctx = zmq.Context()
     pub = ctx.socket(zmq.PUB)
     pub.setsockopt(zmq.LINGER, 0)
-    endpoint = f"ipc://{lt_dir}/pub.sock"
+    if sndhwm is not None:
+        pub.setsockopt(zmq.SNDHWM, sndhwm)
+    endpoint = f"ipc://{lt_dir}/{name}.sock"
     pub.bind(endpoint)
     model = Model()
     sub = Subscriber(model, [endpoint], directory=lt_dir)
     try:
+        yield pub, sub, model
+    finally:
+        sub.close()
+        pub.close(0)
+        ctx.term()
+
+
+def test_subscriber_counts_and_drops_bad_frames_and_keeps_valid_ones(lt_dir):
+    with _pub_and_subscriber(lt_dir, "pub") as (pub, sub, model):
         assert not sub.discover
         # the slow joiner: keep sending a probe source until one frame arrives
         probe = 0
@@ -389,22 +403,10 @@ def test_subscriber_counts_and_drops_bad_frames_and_keeps_valid_ones(lt_dir):
         assert src["dropped"] == 1  # the sequence gap at 5 is visible
         assert src["state"] == "finished"  # the goodbye was kept too
         assert doc["system"] is not None and doc["system"]["cpu_count"] == 2
-    finally:
-        sub.close()
-        pub.close(0)
-        ctx.term()
 
 
 def test_subscriber_survives_a_flood_of_garbage(lt_dir):
-    ctx = zmq.Context()
-    pub = ctx.socket(zmq.PUB)
-    pub.setsockopt(zmq.LINGER, 0)
-    pub.setsockopt(zmq.SNDHWM, 100_000)
-    endpoint = f"ipc://{lt_dir}/flood.sock"
-    pub.bind(endpoint)
-    model = Model()
-    sub = Subscriber(model, [endpoint], directory=lt_dir)
-    try:
+    with _pub_and_subscriber(lt_dir, "flood", sndhwm=100_000) as (pub, sub, model):
         deadline = time.monotonic() + 10
         while model.received == 0:
             assert time.monotonic() < deadline
@@ -424,7 +426,3 @@ def test_subscriber_survives_a_flood_of_garbage(lt_dir):
         assert time.monotonic() - started < 20
         assert sum(model.rejected.values()) == n
         assert set(model.rejected) <= REASONS
-    finally:
-        sub.close()
-        pub.close(0)
-        ctx.term()
