@@ -227,9 +227,11 @@ def test_tcp_endpoint_from_env_and_pid_argument(fleet):
 # --------------------------------------------------------------------------- discovery lifecycle
 def test_discovery_entry_lifecycle(workload):
     """The entry appears once a loader runs and disappears at exit: normal, exception, SIGTERM."""
-    normal = workload("--kind", "cheap", "--workers", 1, "--step-ms", 5, "--batches", 60,
+    # 600 batches of >= 5 ms: the finite ones must still be running while the test reads all
+    # three entries in turn (with 60 they sometimes ended before their entry was looked at).
+    normal = workload("--kind", "cheap", "--workers", 1, "--step-ms", 5, "--batches", 600,
                       "--duration", 60)
-    raising = workload("--kind", "cheap", "--workers", 1, "--step-ms", 5, "--batches", 60,
+    raising = workload("--kind", "cheap", "--workers", 1, "--step-ms", 5, "--batches", 600,
                        "--duration", 60, "--end", "raise")
     termed = workload("--kind", "cheap", "--workers", 1, "--step-ms", 5, "--duration", 60)
     for wl in (normal, raising, termed):
