@@ -6,6 +6,8 @@ Imports are lazy so `loadertop --help` and `--version` answer at once (no torch,
 from __future__ import annotations
 
 import argparse
+import os
+import signal
 import sys
 
 from loadertop._version import __version__
@@ -66,38 +68,48 @@ def _add_key_options(p: argparse.ArgumentParser) -> None:
                    help="the trainer's public key file (CurveZMQ)")
 
 
-def fail(message: str, code: int = 2) -> int:
-    print(f"loadertop: {message}", file=sys.stderr)
-    return code
-
-
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
-        if argv and argv[0] in SUBCOMMANDS:
-            command, rest = argv[0], argv[1:]
-            if command == "snapshot":
-                from loadertop.commands import snapshot
-
-                return snapshot.main(_snapshot_parser().parse_args(rest))
-            if command == "run":
-                from loadertop.commands import run
-
-                return run.main(rest)
-            if command == "demo":
-                from loadertop.commands import demo
-
-                return demo.main(rest)
-            if command == "keys":
-                from loadertop.commands import keys
-
-                return keys.main(rest)
-        args = _viewer_parser().parse_args(argv)
-        from loadertop.commands import view
-
-        return view.main(args)
+        try:
+            return _dispatch(argv)
+        finally:  # argparse's --help and usage errors leave by SystemExit: flush for them too
+            sys.stdout.flush()  # here, where a closed pipe can still be answered in order
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:
+        # The reader went away (`loadertop snapshot | head`): what it wanted it has. Point stdout
+        # at /dev/null so that the interpreter's own flush at exit does not raise again (the
+        # recipe of Python's signal module documentation), and exit as a writer killed by
+        # SIGPIPE would.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 128 + signal.SIGPIPE
+
+
+def _dispatch(argv: list[str]) -> int:
+    if argv and argv[0] in SUBCOMMANDS:
+        command, rest = argv[0], argv[1:]
+        if command == "snapshot":
+            from loadertop.commands import snapshot
+
+            return snapshot.main(_snapshot_parser().parse_args(rest))
+        if command == "run":
+            from loadertop.commands import run
+
+            return run.main(rest)
+        if command == "demo":
+            from loadertop.commands import demo
+
+            return demo.main(rest)
+        if command == "keys":
+            from loadertop.commands import keys
+
+            return keys.main(rest)
+    args = _viewer_parser().parse_args(argv)
+    from loadertop.commands import view
+
+    return view.main(args)
 
 
 if __name__ == "__main__":  # pragma: no cover

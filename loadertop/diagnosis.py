@@ -1,20 +1,23 @@
 """Name the bottleneck: pure functions from a window of figures to a verdict.
 
-No I/O and no torch / textual / zmq here (stdlib only), so the probe, the viewer, `snapshot --json`
-and the tests all judge alike.
+No I/O and no torch / textual / zmq here (the standard library and the document's types only), so
+the viewer, `snapshot --json` and the tests all judge alike.
 
     verdict = diagnose(source, system, previous=stabilizer.shown_category(source_id))
     shown = stabilizer.update(source_id, verdict, now)       # hysteresis between refreshes
     top = overall([(source_id, shown), ...], system)           # the most urgent, plus "source"
 
-A verdict is ``{"category", "summary", "evidence", "advice"}`` (CONTRACT §3/§4). Every figure may
-be None (unknown): a rule treats None as "no evidence" and never invents a value.
+`source` is a `SourceFigures` and `system` a `SystemFigures` (or None) of `loadertop.document`;
+a verdict is a frozen `Verdict`: category, summary, evidence, advice (CONTRACT §3/§4). Every
+figure may be None (unknown) or, from a broken reading, not finite: a rule treats both as "no
+evidence" and never invents a value.
 
 Two layers of hysteresis keep a steady workload from flickering between categories:
 
 * **margins** (in `diagnose`, given the category shown now as ``previous``): a threshold is crossed
   at one value and crossed back only past a second one, e.g. the loop becomes input-bound at a wait
-  fraction >= 10 % but goes back to compute-bound only below 7 %;
+  fraction >= 10 % but goes back to compute-bound only below 7 %. The evidence names the threshold
+  a user should read (10 %), and the margin only when it decided ("held until below 7 %");
 * **persistence** (`VerdictStabilizer`): a new category replaces the shown one only after
   `STABLE_UPDATES` consecutive updates (or `STABLE_SECONDS` over at least two), except the urgent
   ones (`stalled`, `memory_pressure`), which show at once.
@@ -24,41 +27,56 @@ Precedence inside `diagnose`: stalled > memory_pressure > idle > insufficient_da
 A stall (a dead worker, a loop blocked far longer than usual) is checked before memory pressure
 because it means training has stopped, and a worker killed by SIGKILL under memory pressure is
 most likely the OOM killer's doing: the stalled verdict then carries the memory evidence and advice
-too, so nothing is lost. See the README ("How the bottleneck is named") for every threshold and the reason for it.
+too, so nothing is lost. See the README ("How the bottleneck is named") for every threshold and the
+reason for it.
 """
 
 from __future__ import annotations
 
 import math
 import signal
-from collections.abc import Mapping, Sequence
+import sys
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Final
+
+from loadertop.document import (
+    Category,
+    GpuFigures,
+    OverallVerdict,
+    SourceFigures,
+    Stats,
+    SystemFigures,
+    Verdict,
+    WorkerFigures,
+)
 
 # ---------------------------------------------------------------------------------------------
-# Category names (CONTRACT §4): defined once here, imported elsewhere.
+# Category names (CONTRACT §4): defined once here, imported elsewhere. `document.Category` is the
+# same set as a type (a test checks it).
 # ---------------------------------------------------------------------------------------------
-IDLE = "idle"
-INSUFFICIENT_DATA = "insufficient_data"
-COMPUTE_BOUND = "compute_bound"
-INPUT_BOUND_IO = "input_bound_io"
-INPUT_BOUND_CPU = "input_bound_cpu"
-CPU_SATURATED = "cpu_saturated"
-MAIN_PROCESS_BOUND = "main_process_bound"
-MEMORY_PRESSURE = "memory_pressure"
-STALLED = "stalled"
+IDLE: Final = "idle"
+INSUFFICIENT_DATA: Final = "insufficient_data"
+COMPUTE_BOUND: Final = "compute_bound"
+INPUT_BOUND_IO: Final = "input_bound_io"
+INPUT_BOUND_CPU: Final = "input_bound_cpu"
+CPU_SATURATED: Final = "cpu_saturated"
+MAIN_PROCESS_BOUND: Final = "main_process_bound"
+MEMORY_PRESSURE: Final = "memory_pressure"
+STALLED: Final = "stalled"
 
-CATEGORIES = (
+CATEGORIES: tuple[Category, ...] = (
     IDLE, INSUFFICIENT_DATA, COMPUTE_BOUND, INPUT_BOUND_IO, INPUT_BOUND_CPU,
     CPU_SATURATED, MAIN_PROCESS_BOUND, MEMORY_PRESSURE, STALLED,
 )
 
 # Shown at once by VerdictStabilizer: waiting a few refreshes to report a dead worker or a machine
 # about to swap itself to death helps nobody.
-URGENT_CATEGORIES = frozenset({STALLED, MEMORY_PRESSURE})
+URGENT_CATEGORIES: frozenset[Category] = frozenset({STALLED, MEMORY_PRESSURE})
 
 # The categories in which the loop waits for data (the margin on the wait fraction applies to them).
-INPUT_BOUND_CATEGORIES = frozenset({INPUT_BOUND_IO, INPUT_BOUND_CPU, CPU_SATURATED, MAIN_PROCESS_BOUND})
+INPUT_BOUND_CATEGORIES: frozenset[Category] = frozenset(
+    {INPUT_BOUND_IO, INPUT_BOUND_CPU, CPU_SATURATED, MAIN_PROCESS_BOUND})
 
 # `overall` picks the first of these found among the sources (most urgent first):
 # - stalled: training makes no progress at all (or is about to crash);
@@ -68,13 +86,14 @@ INPUT_BOUND_CATEGORIES = frozenset({INPUT_BOUND_IO, INPUT_BOUND_CPU, CPU_SATURAT
 # - input_bound_io before input_bound_cpu: the storage fix (format, caching) is the longer job and a
 #   slow disk slows every reader of it; the CPU case is usually fixed with one number;
 # - compute_bound (healthy, but running) says more than insufficient_data, which says more than idle.
-OVERALL_RANK = (
+OVERALL_RANK: tuple[Category, ...] = (
     STALLED, MEMORY_PRESSURE, CPU_SATURATED, MAIN_PROCESS_BOUND, INPUT_BOUND_IO,
     INPUT_BOUND_CPU, COMPUTE_BOUND, INSUFFICIENT_DATA, IDLE,
 )
 
 # ---------------------------------------------------------------------------------------------
-# Thresholds: the only place they are defined. The README repeats them with the reasons.
+# Thresholds: the only place they are defined. The README repeats them with the reasons, and the
+# viewer derives its colour bands from them.
 # ---------------------------------------------------------------------------------------------
 
 # Judge a window only with at least this many batches: 1-4 waits are dominated by chance (one slow
@@ -160,20 +179,22 @@ STABLE_SECONDS = 5.0
 _GIB = 1024.0**3
 _MIB = 1024.0**2
 _KIB = 1024.0
+# Products of huge (still valid) figures that overflow to inf are clamped to this before they
+# become a worker count: math.floor/ceil of inf raise.
+_FLOAT_MAX = sys.float_info.max
 
 
 # ---------------------------------------------------------------------------------------------
 # Public API
 # ---------------------------------------------------------------------------------------------
 
-def diagnose(source: Mapping[str, Any] | None, system: Mapping[str, Any] | None,
-             previous: str | None = None) -> dict:
-    """The verdict for one source: {"category", "summary", "evidence", "advice"}.
+def diagnose(source: SourceFigures, system: SystemFigures | None,
+             previous: Category | None = None) -> Verdict:
+    """The verdict for one source.
 
-    ``source`` is a CONTRACT §3 ``sources[]`` entry plus ``blocked_ms``, ``queue.ready_when_waiting``
-    and ``loop``; ``system`` the §3 ``system`` dict (plus ``cores_available``, ``cgroup``) or None.
-    ``previous`` is the category shown now (e.g. ``VerdictStabilizer.shown_category``): it moves
-    each threshold to its "leave" value so that a figure hovering at a boundary keeps the verdict.
+    ``system`` is the source's machine (None when no figures arrived). ``previous`` is the
+    category shown now (e.g. ``VerdictStabilizer.shown_category``): it moves each threshold to its
+    "leave" value so that a figure hovering at a boundary keeps the verdict.
     """
     facts = _Facts.read(source, system)
 
@@ -181,69 +202,58 @@ def diagnose(source: Mapping[str, Any] | None, system: Mapping[str, Any] | None,
     memory = _memory_findings(facts.system, previous)
     if stall is not None:
         if memory is not None:
-            stall["evidence"] += memory.evidence
-            stall["advice"] += _memory_advice(facts, memory)
+            return _verdict(STALLED, stall.summary, [*stall.evidence, *memory.evidence],
+                            [*stall.advice, *_memory_advice(facts)])
         return stall
     if memory is not None:
         return _verdict(MEMORY_PRESSURE, memory.summary, memory.evidence + _worker_rss_evidence(facts),
-                        _memory_advice(facts, memory))
+                        _memory_advice(facts))
 
     early = _idle_or_insufficient(facts)
     if early is not None:
         return early
 
     wait_fraction = facts.wait_fraction
-    threshold = (WAIT_FRACTION_COMPUTE_BOUND if previous in INPUT_BOUND_CATEGORIES
-                 else WAIT_FRACTION_INPUT_BOUND)
+    held = previous in INPUT_BOUND_CATEGORIES
+    threshold = WAIT_FRACTION_COMPUTE_BOUND if held else WAIT_FRACTION_INPUT_BOUND
     if wait_fraction < threshold:
-        return _compute_bound_verdict(facts, threshold)
-    return _input_bound_verdict(facts, threshold, previous)
+        return _compute_bound_verdict(facts)
+    wait_line = f"wait fraction {_pct(wait_fraction)} (threshold {_pct(WAIT_FRACTION_INPUT_BOUND)}"
+    if wait_fraction < WAIT_FRACTION_INPUT_BOUND:  # only the margin kept it input-bound
+        wait_line += f", held until below {_pct(WAIT_FRACTION_COMPUTE_BOUND)}"
+    return _input_bound_verdict(facts, wait_line + ")", previous)
 
 
-def overall(verdicts: Sequence[tuple[str, Mapping[str, Any]]] | None,
-            system: Mapping[str, Any] | None) -> dict:
+def overall(verdicts: Sequence[tuple[str, Verdict]], system: SystemFigures | None) -> OverallVerdict:
     """The top-level diagnosis: the most urgent source verdict (see OVERALL_RANK) plus "source".
 
     Ties keep the order of ``verdicts``. With no sources it is about the machine: memory_pressure
     when memory is short, else idle, with "source": None.
     """
-    best: tuple[int, int, str, Mapping[str, Any]] | None = None
-    for position, item in enumerate(verdicts or ()):
-        try:
-            source_id, verdict = item
-        except (TypeError, ValueError):
-            continue
-        if not isinstance(verdict, Mapping):
-            continue
-        category = verdict.get("category")
-        rank = OVERALL_RANK.index(category) if category in OVERALL_RANK else len(OVERALL_RANK)
+    best: tuple[int, int, str, Verdict] | None = None
+    for position, (source_id, verdict) in enumerate(verdicts):
+        rank = OVERALL_RANK.index(verdict.category)
         if best is None or (rank, position) < best[:2]:
             best = (rank, position, source_id, verdict)
     if best is not None:
-        verdict = best[3]
-        return {
-            "category": verdict.get("category"),
-            "source": best[2],
-            "summary": verdict.get("summary", ""),
-            "evidence": list(verdict.get("evidence") or []),
-            "advice": list(verdict.get("advice") or []),
-        }
-    memory = _memory_findings(_dict(system), None)
+        shown = best[3]
+        return OverallVerdict(category=shown.category, source=best[2], summary=shown.summary,
+                              evidence=shown.evidence, advice=shown.advice)
+    memory = _memory_findings(system or _NO_SYSTEM, None)
     if memory is not None:
-        result = _verdict(MEMORY_PRESSURE, memory.summary, memory.evidence,
-                          ["find the processes using the memory (top -o %MEM) and free it before "
-                           "starting training"])
-    else:
-        result = _verdict(IDLE, "no instrumented DataLoader found", ["no sources"], [])
-    result["source"] = None
-    return result
+        return OverallVerdict(category=MEMORY_PRESSURE, source=None, summary=memory.summary,
+                              evidence=tuple(memory.evidence),
+                              advice=("find the processes using the memory (top -o %MEM) and free "
+                                      "it before starting training",))
+    return OverallVerdict(category=IDLE, source=None, summary="no instrumented DataLoader found",
+                          evidence=("no sources",), advice=())
 
 
-def stall_threshold_ms(source: Mapping[str, Any] | None) -> float:
-    """How long the loop may be blocked in next() before the source counts as stalled."""
-    src = _dict(source)
-    p99 = _stat(src.get("wait_ms"), "p99")
-    if p99 is None and _num(src.get("batches_total")) == 0:
+def stall_threshold_ms(wait_ms: Stats | None, batches_total: int) -> float:
+    """How long the loop may be blocked in next() before the source counts as stalled, from its
+    recent waits (``wait_ms``) and how many batches it ever delivered."""
+    p99 = _stat(wait_ms, "p99")  # as the stalled verdict's evidence reads it (the mean stands in)
+    if p99 is None and batches_total == 0:
         return STALL_NO_HISTORY_MS
     return max(STALL_MIN_MS, STALL_FACTOR * (p99 or 0.0))
 
@@ -263,25 +273,25 @@ class VerdictStabilizer:
         self.seconds = float(seconds)
         self._states: dict[str, _StabilizerState] = {}
 
-    def update(self, source_id: str, verdict: Mapping[str, Any], now: float) -> dict:
-        category = verdict.get("category") if isinstance(verdict, Mapping) else None
+    def update(self, source_id: str, verdict: Verdict, now: float) -> Verdict:
+        category = verdict.category
         state = self._states.get(source_id)
-        if state is None or category == state.shown.get("category") or category in URGENT_CATEGORIES:
-            self._states[source_id] = _StabilizerState(shown=dict(verdict or {}))
-            return self._states[source_id].shown
+        if state is None or category == state.shown.category or category in URGENT_CATEGORIES:
+            self._states[source_id] = _StabilizerState(shown=verdict)
+            return verdict
         if category == state.pending_category:
             state.pending_count += 1
         else:
             state.pending_category, state.pending_count, state.pending_since = category, 1, now
         lasted = now - state.pending_since
         if state.pending_count >= self.updates or (state.pending_count >= 2 and lasted >= self.seconds):
-            self._states[source_id] = _StabilizerState(shown=dict(verdict))
+            self._states[source_id] = _StabilizerState(shown=verdict)
         return self._states[source_id].shown
 
-    def shown_category(self, source_id: str) -> str | None:
+    def shown_category(self, source_id: str) -> Category | None:
         """The category shown now for this source (pass it to `diagnose` as ``previous``)."""
         state = self._states.get(source_id)
-        return state.shown.get("category") if state is not None else None
+        return state.shown.category if state is not None else None
 
     def forget(self, source_id: str) -> None:
         """Drop a source that is gone for good."""
@@ -289,128 +299,127 @@ class VerdictStabilizer:
 
 
 # ---------------------------------------------------------------------------------------------
-# Reading the figures (tolerant: anything of the wrong type is None)
+# Reading the figures
 # ---------------------------------------------------------------------------------------------
 
 @dataclass
 class _StabilizerState:
-    shown: dict
-    pending_category: str | None = None
+    shown: Verdict
+    pending_category: Category | None = None
     pending_count: int = 0
     pending_since: float = 0.0
 
 
-def _num(value: Any) -> float | None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
+def _finite(value: float | None) -> float | None:
+    """The value when it is a finite number, else None (a broken reading is no evidence)."""
+    if value is None or not math.isfinite(value):
         return None
-    value = float(value)
-    return value if math.isfinite(value) else None
+    return float(value)
 
 
-def _dict(value: Any) -> Mapping[str, Any]:
-    return value if isinstance(value, Mapping) else {}
+def _stat(stats: Stats | None, key: str = "p50") -> float | None:
+    """One figure of a `Stats`; the mean stands in for one that is not finite."""
+    if stats is None:
+        return None
+    value = _finite(getattr(stats, key))
+    return value if value is not None else _finite(stats.mean)
 
 
-def _list(value: Any) -> list:
-    return list(value) if isinstance(value, (list, tuple)) else []
-
-
-def _stat(stats: Any, key: str = "p50") -> float | None:
-    """One figure of a {mean, p50, p95, p99, max} dict; the mean stands in for a missing one."""
-    stats = _dict(stats)
-    value = _num(stats.get(key))
-    return value if value is not None else _num(stats.get("mean"))
-
-
-def _weighted_mean(pairs: list[tuple[float, float | None]]) -> float | None:
-    """Mean of (value, weight) pairs, weighted by batches when every weight is known and > 0."""
+def _weighted_mean(pairs: Sequence[tuple[float, float]]) -> float | None:
+    """Mean of (value, weight) pairs, weighted by batches when every weight is > 0; None when
+    huge values overflow it (inf, or NaN from inf - inf)."""
     if not pairs:
         return None
-    weights = [w for _, w in pairs]
-    if all(w is not None and w > 0 for w in weights):
-        return sum(v * w for v, w in pairs) / sum(weights)  # type: ignore[operator]
-    return sum(v for v, _ in pairs) / len(pairs)
+    if all(w > 0 for _, w in pairs):
+        return _finite(sum(v * w for v, w in pairs) / sum(w for _, w in pairs))
+    return _finite(sum(v for v, _ in pairs) / len(pairs))
 
 
-@dataclass
+# Stands in for an unknown machine: every figure None, no GPU, no cores known.
+_NO_SYSTEM = SystemFigures(
+    host="", sent_at=0.0, cpu_count=0, cores_available=None, cpu_percent=None,
+    per_cpu_percent=None, iowait_percent=None, load_avg_1m=None, mem_total_bytes=None,
+    mem_available_bytes=None, mem_used_percent=None, swap_total_bytes=None, swap_used_bytes=None,
+    swap_in_bytes_per_s=None, swap_out_bytes_per_s=None, disk_read_bytes_per_s=None,
+    disk_write_bytes_per_s=None, cgroup=None, gpu_status="no_nvml", gpus=(), age_s=0.0)
+
+
+@dataclass(frozen=True)
 class _Facts:
-    """The figures the rules use, read once from the two dicts."""
+    """The figures the rules use, read once."""
 
-    source: Mapping[str, Any]
-    system: Mapping[str, Any]
-    num_workers: int | None
-    workers: list[Mapping[str, Any]]
-    batches: float | None
+    source: SourceFigures
+    system: SystemFigures
     wait_fraction: float  # NaN when unknown (checked before any comparison)
     step_ms: float | None
     cores: float | None
     cpu_count: float | None
 
     @classmethod
-    def read(cls, source: Any, system: Any) -> _Facts:
-        src, sysd = _dict(source), _dict(system)
-        config = _dict(src.get("config"))
-        workers = [w for w in _list(src.get("workers")) if isinstance(w, Mapping)]
-        num_workers = _num(config.get("num_workers"))
-        wait_fraction = _num(src.get("wait_fraction"))
+    def read(cls, source: SourceFigures, system: SystemFigures | None) -> _Facts:
+        sysd = system if system is not None else _NO_SYSTEM
+        wait_fraction = _finite(source.wait_fraction)
         if wait_fraction is None:
-            wait, step = _stat(src.get("wait_ms"), "mean"), _stat(src.get("step_ms"), "mean")
+            wait, step = _stat(source.wait_ms, "mean"), _stat(source.step_ms, "mean")
             if wait is not None and step is not None and wait + step > 0:
                 wait_fraction = wait / (wait + step)
-        cpu_count = _num(sysd.get("cpu_count"))
-        cores = _num(sysd.get("cores_available"))
+        cpu_count = float(sysd.cpu_count) if sysd.cpu_count > 0 else None
+        cores = _finite(sysd.cores_available)
         if cores is None or cores <= 0:
-            cores = cpu_count if cpu_count and cpu_count > 0 else None
-        return cls(
-            source=src, system=sysd,
-            num_workers=int(num_workers) if num_workers is not None and num_workers >= 0 else None,
-            workers=workers, batches=_num(src.get("batches")),
-            wait_fraction=wait_fraction if wait_fraction is not None else math.nan,
-            step_ms=_stat(src.get("step_ms")), cores=cores, cpu_count=cpu_count,
-        )
+            cores = cpu_count
+        return cls(source=source, system=sysd,
+                   wait_fraction=wait_fraction if wait_fraction is not None else math.nan,
+                   step_ms=_stat(source.step_ms), cores=cores, cpu_count=cpu_count)
+
+    @property
+    def workers(self) -> tuple[WorkerFigures, ...]:
+        return self.source.workers
 
     @property
     def uses_workers(self) -> bool:
-        if self.num_workers is not None:
-            return self.num_workers > 0
-        return bool(self.workers)
+        return self.source.config.num_workers > 0
 
     @property
     def worker_count(self) -> int:
-        return self.num_workers if self.num_workers is not None else len(self.workers)
+        return self.source.config.num_workers
 
     @property
     def active(self) -> bool:
         """The loop is still iterating (so a worker exiting is not a normal shutdown)."""
-        return self.source.get("state") not in ("idle", "finished", "gone")
+        return self.source.state not in ("idle", "finished", "gone")
 
     def fetch_ms(self, key: str = "p50") -> float | None:
         """Time to produce one batch: the workers' (weighted by batches), or the main process'."""
         if not self.uses_workers:
-            return _stat(_dict(self.source.get("loop")).get("fetch_ms"), key)
-        pairs = [(v, _num(w.get("batches"))) for w in self.workers
-                 if (v := _stat(w.get("fetch_ms"), key)) is not None]
+            return _stat(self.source.loop.fetch_ms, key)
+        pairs = [(v, float(w.batches)) for w in self.workers
+                 if (v := _stat(w.fetch_ms, key)) is not None]
         return _weighted_mean(pairs)
 
     def cpu_fraction(self) -> tuple[float | None, str]:
         """(CPU time / wall time while producing batches, where the figure comes from)."""
         if not self.uses_workers:
-            value = _num(_dict(self.source.get("loop")).get("cpu_fraction"))
-            return value, "main process fetch cpu_fraction"
-        pairs = [(v, _num(w.get("batches"))) for w in self.workers
-                 if (v := _num(w.get("cpu_fraction"))) is not None]
+            return _finite(self.source.loop.cpu_fraction), "main process fetch cpu_fraction"
+        pairs = [(v, float(w.batches)) for w in self.workers
+                 if (v := _finite(w.cpu_fraction)) is not None]
         if pairs:
             return _weighted_mean(pairs), "worker cpu_fraction"
         # Fallback: the workers' process CPU (100 = one core). While the loop waits for data the
         # workers are producing all the time, so this approximates the same fraction.
-        percents = [v for w in self.workers if (v := _num(w.get("cpu_percent"))) is not None]
+        percents = self._worker_percents()
         if percents:
             return min(1.0, sum(percents) / len(percents) / 100.0), "worker process CPU"
         return None, ""
 
     def worker_cores_busy(self) -> float | None:
-        percents = [v for w in self.workers if (v := _num(w.get("cpu_percent"))) is not None]
-        return sum(percents) / 100.0 if percents else None
+        percents = self._worker_percents()
+        return _finite(sum(percents) / 100.0) if percents else None
+
+    def _worker_percents(self) -> list[float]:
+        return [v for w in self.workers if (v := _finite(w.cpu_percent)) is not None]
+
+    def worker_rss(self) -> list[float]:
+        return [float(w.rss_bytes) for w in self.workers if w.rss_bytes is not None]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -453,8 +462,14 @@ def _cores(value: float) -> str:
     return f"{_fmt(value)} core" + ("" if value == 1 else "s")
 
 
-def _verdict(category: str, summary: str, evidence: list[str], advice: list[str]) -> dict:
-    return {"category": category, "summary": summary, "evidence": evidence, "advice": advice}
+def _workers(count: int) -> str:
+    return f"{count} worker" + ("" if count == 1 else "s")
+
+
+def _verdict(category: Category, summary: str, evidence: Sequence[str],
+             advice: Sequence[str]) -> Verdict:
+    return Verdict(category=category, summary=summary, evidence=tuple(evidence),
+                   advice=tuple(advice))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -468,27 +483,25 @@ def _signal_name(number: int) -> str:
         return f"signal {number}"
 
 
-def _describe_exit(exitcode: float | None) -> str:
+def _describe_exit(exitcode: int | None) -> str:
     if exitcode is None:
         return "exit status unknown"
-    code = int(exitcode)
-    if code < 0:
-        name = _signal_name(-code)
-        return f"killed by {name} (signal {-code})" if name.startswith("SIG") else f"killed by {name}"
-    return f"exited with code {code}"
+    if exitcode < 0:
+        name = _signal_name(-exitcode)
+        return f"killed by {name} (signal {-exitcode})" if name.startswith("SIG") else f"killed by {name}"
+    return f"exited with code {exitcode}"
 
 
-def _exit_advice(exitcode: float | None, pid: Any) -> list[str]:
-    code = int(exitcode) if exitcode is not None else None
+def _exit_advice(code: int | None, pid: int | None) -> list[str]:
     advice = []
-    if code == -getattr(signal, "SIGKILL", 9):
+    if code == -signal.SIGKILL:
         advice.append("SIGKILL is most often the kernel's OOM killer: check "
                       "`dmesg -T | grep -i -E 'out of memory|killed process'` (or the container's "
                       "OOM events); then fewer workers or a smaller prefetch_factor / batch_size")
-    elif code == -getattr(signal, "SIGBUS", 7):
+    elif code == -signal.SIGBUS:
         advice.append("SIGBUS in a worker usually means /dev/shm is full (pytorch#5040): check "
                       "`df -h /dev/shm`; enlarge it (docker run --shm-size=8g) or use fewer workers")
-    elif code is not None and code in (-getattr(signal, "SIGSEGV", 11), -getattr(signal, "SIGABRT", 6)):
+    elif code is not None and code in (-signal.SIGSEGV, -signal.SIGABRT):
         advice.append("a native crash in the worker: often OpenMP/OpenCV state inherited across fork "
                       "(pytorch#1355); try multiprocessing_context='spawn' or cv2.setNumThreads(0)")
     elif code is not None and code > 0:
@@ -499,46 +512,40 @@ def _exit_advice(exitcode: float | None, pid: Any) -> list[str]:
     return advice
 
 
-def _stall_verdict(facts: _Facts) -> dict | None:
+def _stall_verdict(facts: _Facts) -> Verdict | None:
     src = facts.source
-    dead = []
-    if facts.active:
-        for position, worker in enumerate(facts.workers):
-            exitcode = _num(worker.get("exitcode"))
-            if worker.get("alive") is False and exitcode != 0:
-                worker_id = worker.get("id")
-                dead.append((position if worker_id is None else worker_id, worker.get("pid"), exitcode))
+    dead = [w for w in facts.workers if w.alive is False and w.exitcode != 0] if facts.active else []
     if dead:
-        evidence, advice = [], []
-        for worker_id, pid, exitcode in dead:
-            evidence.append(f"worker {worker_id} (pid {pid if pid is not None else '?'}) "
-                            f"{_describe_exit(exitcode)}")
-            advice.extend(a for a in _exit_advice(exitcode, pid) if a not in advice)
-        first_id, first_pid, first_code = dead[0]
-        summary = f"worker {first_id} died: {_describe_exit(first_code)}"
-        if first_code is not None and int(first_code) == -getattr(signal, "SIGKILL", 9):
+        evidence: list[str] = []
+        advice: list[str] = []
+        for w in dead:
+            evidence.append(f"worker {w.id} (pid {w.pid if w.pid is not None else '?'}) "
+                            f"{_describe_exit(w.exitcode)}")
+            advice.extend(a for a in _exit_advice(w.exitcode, w.pid) if a not in advice)
+        first = dead[0]
+        summary = f"worker {first.id} died: {_describe_exit(first.exitcode)}"
+        if first.exitcode == -signal.SIGKILL:
             summary += ", likely the OOM killer"
         if len(dead) > 1:
             summary += f"; {len(dead)} workers dead"
         return _verdict(STALLED, summary, evidence, advice)
 
-    blocked = _num(src.get("blocked_ms"))
+    blocked = _finite(src.blocked_ms)
     if blocked is None:
         return None
-    threshold = stall_threshold_ms(src)
+    threshold = stall_threshold_ms(src.wait_ms, src.batches_total)
     if blocked < threshold:
         return None
-    p99 = _stat(src.get("wait_ms"), "p99")
+    p99 = _stat(src.wait_ms, "p99")
     evidence = [f"blocked in next() for {_ms(blocked)} (threshold {_ms(threshold)})"]
     if p99 is not None:
         evidence.append(f"recent wait p99 {_ms(p99)}")
-    queue = _dict(src.get("queue"))
-    ready, in_flight = _num(queue.get("ready")), _num(queue.get("in_flight"))
+    ready, in_flight = src.queue.ready, src.queue.in_flight
     if ready is not None or in_flight is not None:
-        evidence.append(f"queue: {_fmt(ready) if ready is not None else '?'} ready, "
-                        f"{_fmt(in_flight) if in_flight is not None else '?'} in flight")
+        evidence.append(f"queue: {ready if ready is not None else '?'} ready, "
+                        f"{in_flight if in_flight is not None else '?'} in flight")
     advice = []
-    worker_pids = [w.get("pid") for w in facts.workers if w.get("pid") is not None]
+    worker_pids = [w.pid for w in facts.workers if w.pid is not None]
     if ready is not None and ready > 0:
         advice.append("batches are ready yet next() does not return: the main process is stuck "
                       "(receive, collate or pin_memory thread)")
@@ -549,10 +556,7 @@ def _stall_verdict(facts: _Facts) -> dict | None:
                       + (f" (likewise {others})" if others else ""))
         advice.append("workers all idle with work outstanding suggest a deadlock after fork "
                       "(OpenMP/OpenCV threads, pytorch#1355): try multiprocessing_context='spawn'")
-    if src.get("pid") is not None:
-        advice.append(f"see where the loop waits: py-spy dump --pid {src.get('pid')}")
-    if not advice:
-        advice.append("see where the process hangs: py-spy dump --pid PID")
+    advice.append(f"see where the loop waits: py-spy dump --pid {src.pid}")
     advice.append("pass timeout=SECONDS to the DataLoader to turn a hang into an error")
     summary = f"the loop has been blocked in next() for {_ms(blocked)}"
     summary += f" (recent p99 {_ms(p99)})" if p99 is not None else ""
@@ -569,14 +573,14 @@ class _MemoryFindings:
     evidence: list[str]
 
 
-def _memory_findings(system: Mapping[str, Any], previous: str | None) -> _MemoryFindings | None:
-    total = _num(system.get("mem_total_bytes"))
-    available = _num(system.get("mem_available_bytes"))
-    swap_in = _num(system.get("swap_in_bytes_per_s"))
-    swap_out = _num(system.get("swap_out_bytes_per_s"))
-    fraction = available / total if total and total > 0 and available is not None else None
-    threshold = (MEM_AVAILABLE_LEAVE_FRACTION if previous == MEMORY_PRESSURE
-                 else MEM_AVAILABLE_MIN_FRACTION)
+def _memory_findings(system: SystemFigures, previous: Category | None) -> _MemoryFindings | None:
+    total = system.mem_total_bytes
+    available = system.mem_available_bytes
+    swap_in = _finite(system.swap_in_bytes_per_s)
+    swap_out = _finite(system.swap_out_bytes_per_s)
+    fraction = available / total if total and available is not None else None
+    held = previous == MEMORY_PRESSURE
+    threshold = MEM_AVAILABLE_LEAVE_FRACTION if held else MEM_AVAILABLE_MIN_FRACTION
 
     low = fraction is not None and fraction < threshold
     swapping_in = swap_in is not None and swap_in >= SWAP_RATE_MIN_BYTES_PER_S
@@ -585,14 +589,16 @@ def _memory_findings(system: Mapping[str, Any], previous: str | None) -> _Memory
     if not (low or swapping_in or swapping_out):
         return None
     evidence = []
-    if fraction is not None:
+    if fraction is not None and total is not None and available is not None:
+        margin = (f", held until {_pct(MEM_AVAILABLE_LEAVE_FRACTION)} available"
+                  if low and fraction >= MEM_AVAILABLE_MIN_FRACTION else "")
         evidence.append(f"memory available {_pct(fraction)} ({_bytes(available)} of {_bytes(total)}; "
-                        f"threshold {_pct(threshold)})")
+                        f"threshold {_pct(MEM_AVAILABLE_MIN_FRACTION)}{margin})")
     if swap_in is not None and (swapping_in or swapping_out):
         evidence.append(f"swap in {_bytes(swap_in)}/s (threshold {_bytes(SWAP_RATE_MIN_BYTES_PER_S)}/s)")
     if swap_out and (swapping_in or swapping_out):
         evidence.append(f"swap out {_bytes(swap_out)}/s")
-    if low:
+    if low and fraction is not None and available is not None:
         summary = f"memory nearly exhausted: {_pct(fraction)} available ({_bytes(available)})"
         if swapping_in or swapping_out:
             summary += " and swapping"
@@ -603,7 +609,7 @@ def _memory_findings(system: Mapping[str, Any], previous: str | None) -> _Memory
 
 
 def _worker_rss_evidence(facts: _Facts) -> list[str]:
-    rss = [v for w in facts.workers if (v := _num(w.get("rss_bytes"))) is not None]
+    rss = facts.worker_rss()
     if not rss:
         return []
     total = sum(rss)
@@ -614,21 +620,21 @@ def _worker_rss_evidence(facts: _Facts) -> list[str]:
     return [text]
 
 
-def _memory_advice(facts: _Facts, memory: _MemoryFindings) -> list[str]:
-    config = _dict(facts.source.get("config"))
+def _memory_advice(facts: _Facts) -> list[str]:
+    config = facts.source.config
     advice = []
     workers = facts.worker_count
     if workers >= 2:
-        rss = [v for w in facts.workers if (v := _num(w.get("rss_bytes"))) is not None]
+        rss = facts.worker_rss()
         each = f" (each holds ~{_bytes(sum(rss) / len(rss))} RSS)" if rss else ""
         advice.append(f"fewer workers: try num_workers={max(1, workers // 2)}{each}")
-    prefetch = _num(config.get("prefetch_factor"))
+    prefetch = config.prefetch_factor
     if facts.uses_workers and prefetch is not None and prefetch > 1:
-        advice.append(f"fewer batches in flight: try prefetch_factor=1 (now {_fmt(prefetch)}: "
-                      f"{_fmt(prefetch * max(workers, 1))} batches held at once)")
-    batch_size = _num(config.get("batch_size"))
+        advice.append(f"fewer batches in flight: try prefetch_factor=1 (now {prefetch}: "
+                      f"{prefetch * max(workers, 1)} batches held at once)")
+    batch_size = config.batch_size
     if batch_size is not None and batch_size >= 2:
-        advice.append(f"smaller batches: try batch_size={int(batch_size) // 2}")
+        advice.append(f"smaller batches: try batch_size={batch_size // 2}")
     if facts.uses_workers:
         advice.append("if worker memory grows over time, it is copy-on-read of Python objects "
                       "(pytorch#13246): keep the dataset in numpy arrays or tensors, not lists/dicts")
@@ -641,36 +647,34 @@ def _memory_advice(facts: _Facts, memory: _MemoryFindings) -> list[str]:
 # idle, insufficient_data
 # ---------------------------------------------------------------------------------------------
 
-def _idle_or_insufficient(facts: _Facts) -> dict | None:
+def _idle_or_insufficient(facts: _Facts) -> Verdict | None:
     src = facts.source
-    batches = facts.batches
-    blocked = _num(src.get("blocked_ms"))
-    state = src.get("state")
-    if not batches and (blocked is None or state in ("idle", "finished", "gone")):
-        if batches is None and state not in ("idle", "finished", "gone"):
-            return _verdict(INSUFFICIENT_DATA, "the batch count is unknown",
-                            ["batches in the window unknown"], ["wait for the next refresh"])
+    batches = src.batches
+    blocked = _finite(src.blocked_ms)
+    stopped = src.state in ("idle", "finished", "gone")
+    if not batches and (blocked is None or stopped):
         why = {"finished": "the loop has finished", "gone": "the process is gone"}.get(
-            state, "the loop is not iterating")
+            src.state, "the loop is not iterating")
         return _verdict(IDLE, f"no batches in the window: {why}", ["0 batches in the window"], [])
-    if not batches:
+    if not batches and blocked is not None:
+        threshold = stall_threshold_ms(src.wait_ms, src.batches_total)
         return _verdict(INSUFFICIENT_DATA, f"waiting for a batch for {_ms(blocked)}",
                         ["0 batches in the window", f"blocked in next() for {_ms(blocked)} "
-                         f"(stall threshold {_ms(stall_threshold_ms(src))})"],
+                         f"(stall threshold {_ms(threshold)})"],
                         ["wait: workers may still be starting"])
     covered = None
-    wait_mean, step_mean = _stat(src.get("wait_ms"), "mean"), _stat(src.get("step_ms"), "mean")
+    wait_mean, step_mean = _stat(src.wait_ms, "mean"), _stat(src.step_ms, "mean")
     if wait_mean is not None and step_mean is not None:
         covered = batches * (wait_mean + step_mean)
     slow_enough = (batches >= MIN_BATCHES_SLOW and covered is not None
                    and covered >= SLOW_WINDOW_MIN_MS)
     if batches < MIN_BATCHES and not slow_enough:
         return _verdict(INSUFFICIENT_DATA,
-                        f"{_fmt(batches)} batches in the window: too few to judge",
-                        [f"{_fmt(batches)} batches (need {MIN_BATCHES})"], ["wait for more batches"])
+                        f"{batches} batches in the window: too few to judge",
+                        [f"{batches} batches (need {MIN_BATCHES})"], ["wait for more batches"])
     if math.isnan(facts.wait_fraction):
         return _verdict(INSUFFICIENT_DATA, "the wait fraction is unknown",
-                        [f"{_fmt(batches)} batches, wait fraction unknown"],
+                        [f"{batches} batches, wait fraction unknown"],
                         ["wait for the next refresh"])
     return None
 
@@ -679,38 +683,37 @@ def _idle_or_insufficient(facts: _Facts) -> dict | None:
 # compute_bound
 # ---------------------------------------------------------------------------------------------
 
-def _source_gpus(facts: _Facts) -> list[Mapping[str, Any]]:
+def _source_gpus(facts: _Facts) -> list[GpuFigures]:
     """The GPUs this source's process uses (by pid); the only GPU when there is exactly one."""
-    if facts.system.get("gpu_status") != "ok":
+    if facts.system.gpu_status != "ok":
         return []
-    gpus = [g for g in _list(facts.system.get("gpus")) if isinstance(g, Mapping)]
-    pid = facts.source.get("pid")
-    mine = [g for g in gpus if pid is not None
-            and any(_dict(p).get("pid") == pid for p in _list(g.get("processes")))]
+    gpus = list(facts.system.gpus)
+    pid = facts.source.pid
+    mine = [g for g in gpus if any(p.pid == pid for p in g.processes)]
     if mine:
         return mine
     return gpus if len(gpus) == 1 else []
 
 
-def _compute_bound_verdict(facts: _Facts, threshold: float) -> dict:
+def _compute_bound_verdict(facts: _Facts) -> Verdict:
     wait_fraction = facts.wait_fraction
-    evidence = [f"wait fraction {_pct(wait_fraction)} (threshold {_pct(threshold)})"]
-    queue = _dict(facts.source.get("queue"))
-    ready_mean, capacity = _num(queue.get("ready_mean")), _num(queue.get("capacity"))
+    evidence = [f"wait fraction {_pct(wait_fraction)} (threshold {_pct(WAIT_FRACTION_INPUT_BOUND)})"]
+    queue = facts.source.queue
+    ready_mean, capacity = _finite(queue.ready_mean), queue.capacity
     if ready_mean is not None and capacity:
-        evidence.append(f"queue {_fmt(ready_mean)} of {_fmt(capacity)} batches ready on average")
+        evidence.append(f"queue {_fmt(ready_mean)} of {capacity} batches ready on average")
     if facts.step_ms is not None:
         evidence.append(f"step p50 {_ms(facts.step_ms)}")
     summary = f"the loader keeps up (the loop waits {_pct(wait_fraction)}): the training step is the limit"
     advice = ["nothing to fix in loading"]
     idle_gpus = []
     for gpu in _source_gpus(facts):
-        util = _num(gpu.get("util_percent"))
+        util = _finite(gpu.util_percent)
         if util is not None:
-            evidence.append(f"GPU {gpu.get('index', '?')} util {_pct_value(util)} "
+            evidence.append(f"GPU {gpu.index} util {_pct_value(util)} "
                             f"(threshold {_pct_value(GPU_UNDERUSED_PERCENT)})")
             if util < GPU_UNDERUSED_PERCENT:
-                idle_gpus.append(gpu.get("index", "?"))
+                idle_gpus.append(gpu.index)
     if idle_gpus:
         summary = (f"the loader keeps up, but the step itself leaves GPU "
                    f"{', '.join(str(i) for i in idle_gpus)} idle")
@@ -724,25 +727,26 @@ def _compute_bound_verdict(facts: _Facts, threshold: float) -> dict:
 # the loop waits: main_process_bound, cpu_saturated, input_bound_io, input_bound_cpu
 # ---------------------------------------------------------------------------------------------
 
-def _input_bound_verdict(facts: _Facts, threshold: float, previous: str | None) -> dict:
+def _input_bound_verdict(facts: _Facts, wait_line: str, previous: Category | None) -> Verdict:
     src, sysd = facts.source, facts.system
-    wait_line = f"wait fraction {_pct(facts.wait_fraction)} (threshold {_pct(threshold)})"
     waits = f"the loop waits {_pct(facts.wait_fraction)} of the time"
-    gpu_lines = [f"GPU {g.get('index', '?')} util {_pct_value(u)} (starved)"
-                 for g in _source_gpus(facts) if (u := _num(g.get("util_percent"))) is not None]
+    gpu_lines = [f"GPU {g.index} util {_pct_value(u)} (starved)"
+                 for g in _source_gpus(facts) if (u := _finite(g.util_percent)) is not None]
 
     # main_process_bound: batches were ready while the loop still waited.
-    queue = _dict(src.get("queue"))
-    ready_when_waiting = _num(queue.get("ready_when_waiting"))
-    ready_threshold = (READY_WHEN_WAITING_LEAVE if previous == MAIN_PROCESS_BOUND
-                       else READY_WHEN_WAITING_MAIN_BOUND)
+    queue = src.queue
+    ready_when_waiting = _finite(queue.ready_when_waiting)
+    held = previous == MAIN_PROCESS_BOUND
+    ready_threshold = READY_WHEN_WAITING_LEAVE if held else READY_WHEN_WAITING_MAIN_BOUND
     saturation = _cpu_saturation(facts, previous)
-    loop_cpu = _num(queue.get("loop_cpu_when_waiting"))
+    loop_cpu = _finite(queue.loop_cpu_when_waiting)
     loop_blocked = loop_cpu is not None and loop_cpu < LOOP_CPU_MAIN_BOUND_MIN
     if (facts.uses_workers and ready_when_waiting is not None and ready_when_waiting >= ready_threshold
             and not loop_blocked):
+        margin = (f", held until below {_pct(READY_WHEN_WAITING_LEAVE)}"
+                  if ready_when_waiting < READY_WHEN_WAITING_MAIN_BOUND else "")
         evidence = [wait_line, f"a batch was ready in {_pct(ready_when_waiting)} of the samples while "
-                    f"the loop waited (threshold {_pct(ready_threshold)})"]
+                    f"the loop waited (threshold {_pct(READY_WHEN_WAITING_MAIN_BOUND)}{margin})"]
         advice = _main_process_advice(facts)
         if saturation is not None:
             evidence += saturation[0]
@@ -755,11 +759,11 @@ def _input_bound_verdict(facts: _Facts, threshold: float, previous: str | None) 
     if saturation is not None:
         evidence, busy_text = saturation
         return _verdict(CPU_SATURATED, f"{waits} for data and every core is busy ({busy_text})",
-                        [wait_line] + evidence + gpu_lines, _cpu_saturated_advice(facts))
+                        [wait_line, *evidence, *gpu_lines], _cpu_saturated_advice(facts))
 
     fraction, origin = facts.cpu_fraction()
-    iowait = _num(sysd.get("iowait_percent"))
-    disk_read = _num(sysd.get("disk_read_bytes_per_s"))
+    iowait = _finite(sysd.iowait_percent)
+    disk_read = _finite(sysd.disk_read_bytes_per_s)
     io_lines = []
     if iowait is not None and iowait >= IOWAIT_HIGH_PERCENT:
         io_lines.append(f"iowait {_pct_value(iowait)} (threshold {_pct_value(IOWAIT_HIGH_PERCENT)})")
@@ -772,8 +776,13 @@ def _input_bound_verdict(facts: _Facts, threshold: float, previous: str | None) 
             boundary += IO_CPU_FRACTION_MARGIN
         elif previous == INPUT_BOUND_CPU:
             boundary -= IO_CPU_FRACTION_MARGIN
-        fraction_line = f"{origin} {fraction:.2f} (I/O-bound below {boundary:.2f})"
         io_bound = fraction < boundary
+        fraction_line = f"{origin} {fraction:.2f} (I/O-bound below {IO_CPU_FRACTION:.2f}"
+        if io_bound and fraction >= IO_CPU_FRACTION:  # only the margin kept it I/O-bound
+            fraction_line += f", held until {boundary:.2f}"
+        elif not io_bound and fraction < IO_CPU_FRACTION:  # only the margin kept it CPU-bound
+            fraction_line += f", CPU-bound held down to {boundary:.2f}"
+        fraction_line += ")"
     else:
         # No CPU figure for the fetching side: iowait decides; without it the CPU case is assumed
         # (its advice, more workers, also helps I/O) and the evidence says the figure is missing.
@@ -787,9 +796,9 @@ def _input_bound_verdict(facts: _Facts, threshold: float, previous: str | None) 
         return _verdict(INPUT_BOUND_IO,
                         f"{waits} for data; {who} wait{'s' if not facts.uses_workers else ''} "
                         "on storage or network",
-                        [wait_line, fraction_line] + io_lines + gpu_lines, _io_advice(facts))
+                        [wait_line, fraction_line, *io_lines, *gpu_lines], _io_advice(facts))
     evidence = [wait_line, fraction_line]
-    busy = _num(sysd.get("cpu_percent"))
+    busy = _finite(sysd.cpu_percent)
     if busy is not None:
         cores_text = f" ({_cores(facts.cores)} available)" if facts.cores else ""
         evidence.append(f"CPU {_pct_value(busy)} busy{cores_text}")
@@ -798,24 +807,31 @@ def _input_bound_verdict(facts: _Facts, threshold: float, previous: str | None) 
                     evidence + io_lines + gpu_lines, _cpu_advice(facts))
 
 
-def _cpu_saturation(facts: _Facts, previous: str | None) -> tuple[list[str], str] | None:
+def _cpu_saturation(facts: _Facts, previous: Category | None) -> tuple[list[str], str] | None:
     """(evidence, short "busy" text) when every core available to us is busy, else None."""
     sysd = facts.system
-    threshold = CPU_SATURATED_LEAVE_PERCENT if previous == CPU_SATURATED else CPU_SATURATED_PERCENT
-    busy = _num(sysd.get("cpu_percent"))
+    held = previous == CPU_SATURATED
+    threshold = CPU_SATURATED_LEAVE_PERCENT if held else CPU_SATURATED_PERCENT
+
+    def threshold_text(percent: float) -> str:
+        margin = (f", held until below {_pct_value(CPU_SATURATED_LEAVE_PERCENT)}"
+                  if percent < CPU_SATURATED_PERCENT else "")
+        return f"(threshold {_pct_value(CPU_SATURATED_PERCENT)}{margin})"
+
+    busy = _finite(sysd.cpu_percent)
     cores = facts.cores
     worker_cores = facts.worker_cores_busy()
-    load = _num(sysd.get("load_avg_1m"))
+    load = _finite(sysd.load_avg_1m)
     evidence: list[str] = []
     text = ""
     if busy is not None and busy >= threshold:
-        evidence.append(f"CPU {_pct_value(busy)} (threshold {_pct_value(threshold)})")
+        evidence.append(f"CPU {_pct_value(busy)} {threshold_text(busy)}")
         text = f"CPU {_pct_value(busy)}"
     # Under a cgroup quota the machine may be idle while our share is full: compare our own
     # workers' CPU with the cores available to us.
     if cores and worker_cores is not None and worker_cores * 100.0 >= threshold * cores:
         evidence.append(f"workers use {_fmt(worker_cores)} of {_cores(cores)} available "
-                        f"(threshold {_pct_value(threshold)})")
+                        f"{threshold_text(worker_cores * 100.0 / cores)}")
         text = text or f"workers use {_fmt(worker_cores)} of {_cores(cores)}"
     if busy is None and not evidence and cores and load is not None \
             and load >= LOAD_SATURATED_PER_CORE * cores:
@@ -858,77 +874,90 @@ def _cpu_saturated_advice(facts: _Facts) -> list[str]:
 
 
 def _main_process_advice(facts: _Facts) -> list[str]:
-    config = _dict(facts.source.get("config"))
+    config = facts.source.config
     advice = ["more workers will not help: the main process receives, unpickles and collates "
               "every batch",
               "return fewer, larger tensors per batch (one stacked tensor instead of lists or dicts "
               "of many small ones): each tensor crosses processes with its own shared-memory handle",
               "make collate_fn cheaper: stack in the workers, avoid Python-object batches"]
-    if config.get("pin_memory") is True:
+    if config.pin_memory:
         advice.append("pin_memory=True copies every batch in a thread of the main process: compare "
                       "with pin_memory=False")
-    rate = _num(facts.source.get("batches_per_s"))
-    batch_size = _num(config.get("batch_size"))
+    rate = _finite(facts.source.batches_per_s)
     if rate is not None and rate >= TINY_BATCHES_PER_S:
-        target = f"try batch_size={int(batch_size) * 4}" if batch_size else "increase batch_size"
+        batch_size = config.batch_size
+        target = f"try batch_size={batch_size * 4}" if batch_size else "increase batch_size"
         advice.append(f"{_fmt(rate)} batches/s each cost ~0.5 ms to receive: {target}")
     return advice
 
 
 def _ceil(ratio: float) -> int:
-    return max(1, math.ceil(ratio - 1e-9))
+    """A worker count for ``ratio``: at least 1, and a number even when the ratio overflowed."""
+    return math.ceil(min(max(ratio, 1.0), _FLOAT_MAX) - 1e-9)
 
 
-def _worker_count_advice(facts: _Facts, cap: int | None, kind: str) -> list[str]:
+@dataclass(frozen=True)
+class _Cap:
+    """The most workers worth advising, and why (said in the advice whenever it limits)."""
+
+    workers: int
+    why: str
+
+
+def _worker_count_advice(facts: _Facts, cap: _Cap | None, kind: str) -> list[str]:
     """Advice with a worker count from fetch / step, capped (cap None: cores unknown)."""
     workers = facts.worker_count
     fetch, fetch_tail, step = facts.fetch_ms("p50"), facts.fetch_ms("p95"), facts.step_ms
-    capped = (lambda n: min(n, cap)) if cap is not None else (lambda n: n)
-    cap_text = (f"{cap} ({'4x the ' + _cores(facts.cores) if kind == 'io' else 'the free cores'})"
-                if cap is not None else "?")
     if kind == "io":
         cheaper = ("cache the data (local disk, RAM, page cache) or store it in a faster format "
                    "(fewer, larger files: WebDataset shards, LMDB, memory-mapped arrays)")
     else:
         cheaper = "make transforms cheaper (or move them to the GPU, or pre-process offline)"
-    advice: list[str] = []
 
+    def capped(needed: int) -> tuple[int, str]:
+        """The count to advise and, when the cap cut it, the words saying so."""
+        if cap is not None and needed > cap.workers:
+            return cap.workers, f"; capped at {cap.workers}: {cap.why}"
+        return needed, ""
+
+    advice: list[str] = []
     if fetch is None or step is None:
-        target = capped(max(2 * workers, workers + 1))
+        target, capped_text = capped(max(2 * workers, workers + 1))
         if target > workers:
-            advice.append(f"try num_workers={target} (fetch or step time unknown: doubling)")
+            advice.append(f"try num_workers={target} (fetch or step time unknown: doubling"
+                          f"{capped_text})")
         return advice
     if step < STEP_MS_NEGLIGIBLE:
-        if cap is not None and cap > workers:
-            advice.append(f"try num_workers={cap}: the loop's own step is only {_ms(step)}, so "
-                          f"throughput grows with workers up to the cap {cap_text}")
+        if cap is not None and cap.workers > workers:
+            advice.append(f"try num_workers={cap.workers}: the loop's own step is only {_ms(step)}, "
+                          f"so throughput grows with workers up to the cap ({cap.why})")
         else:
             advice.append(f"the loop's own step is only {_ms(step)}: {cheaper}")
         return advice
 
     needed = _ceil(fetch / step)
-    basis = f"fetch {_ms(fetch)} per batch / step {_ms(step)} = {needed} workers"
+    basis = f"fetch {_ms(fetch)} per batch / step {_ms(step)} = {_workers(needed)}"
     if needed <= workers and fetch_tail is not None:
         tail_needed = _ceil(fetch_tail / step)
         if tail_needed > workers:
             needed = tail_needed
-            basis = f"fetch p95 {_ms(fetch_tail)} per batch / step {_ms(step)} = {needed} workers"
+            basis = f"fetch p95 {_ms(fetch_tail)} per batch / step {_ms(step)} = {_workers(needed)}"
     if workers == 0:
-        target = capped(needed)
+        target, capped_text = capped(needed)
         advice.append(f"use workers at all: try num_workers={target} (the main process fetches each "
-                      f"batch itself: {basis})")
+                      f"batch itself: {basis}{capped_text})")
     elif needed > workers:
-        target = capped(needed)
+        target, capped_text = capped(needed)
         if target > workers:
-            advice.append(f"try num_workers={target} ({basis})")
+            advice.append(f"try num_workers={target} ({basis}{capped_text})")
         else:
-            advice.append(f"no free cores for more workers ({basis}, cap {cap_text})")
+            advice.append(f"no free cores for more workers ({basis}{capped_text})")
     else:
-        prefetch = _num(_dict(facts.source.get("config")).get("prefetch_factor")) or 2
-        advice.append(f"{workers} workers keep up on average ({basis}): the waits come in bursts; "
-                      f"try prefetch_factor={int(prefetch) * 2}")
-    if cap is not None and needed > cap:
-        advice.append(f"even {cap} workers cannot keep up ({needed} needed): {cheaper}")
+        prefetch = facts.source.config.prefetch_factor or 2
+        advice.append(f"{_workers(workers)} keep{'s' if workers == 1 else ''} up on average "
+                      f"({basis}): the waits come in bursts; try prefetch_factor={prefetch * 2}")
+    if cap is not None and needed > cap.workers:
+        advice.append(f"even {_workers(cap.workers)} cannot keep up ({needed} needed): {cheaper}")
     elif kind == "io":
         advice.append(cheaper)
     if cap is None:
@@ -937,14 +966,18 @@ def _worker_count_advice(facts: _Facts, cap: int | None, kind: str) -> list[str]
 
 
 def _io_advice(facts: _Facts) -> list[str]:
-    cap = (max(1, math.floor(IO_WORKERS_PER_CORE_MAX * facts.cores))
-           if facts.cores is not None else None)
+    cap = None
+    if facts.cores is not None:
+        cap = _Cap(max(1, math.floor(min(IO_WORKERS_PER_CORE_MAX * facts.cores, _FLOAT_MAX))),
+                   f"{IO_WORKERS_PER_CORE_MAX} per core on {_cores(facts.cores)}")
     advice = _worker_count_advice(facts, cap, "io")
     advice.append("workers waiting on I/O are not limited by cores, but each one costs memory")
     return advice
 
 
 def _cpu_advice(facts: _Facts) -> list[str]:
-    cap = (max(1, math.floor(facts.cores) - MAIN_PROCESS_CORES)
-           if facts.cores is not None else None)
+    cap = None
+    if facts.cores is not None:
+        cap = _Cap(max(1, math.floor(facts.cores) - MAIN_PROCESS_CORES),
+                   f"{_cores(facts.cores)} available, {MAIN_PROCESS_CORES} kept for the main process")
     return _worker_count_advice(facts, cap, "cpu")

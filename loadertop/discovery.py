@@ -16,15 +16,14 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from loadertop import environment
+
 DISCOVERY_SCHEMA = "loadertop.discovery/1"
-ENV_DIR = "LOADERTOP_DIR"
-ENV_ENDPOINT = "LOADERTOP_ENDPOINT"
-ENV_DISABLE = "LOADERTOP_DISABLE"
 
 
 def discovery_dir() -> Path:
     """LOADERTOP_DIR, else $XDG_RUNTIME_DIR/loadertop, else /tmp/loadertop-<uid>."""
-    env = os.environ.get(ENV_DIR)
+    env = os.environ.get(environment.LOADERTOP_DIR)
     if env:
         return Path(env)
     runtime = os.environ.get("XDG_RUNTIME_DIR")

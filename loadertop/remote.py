@@ -17,12 +17,11 @@ Imports of zmq happen inside the functions: `loadertop.remote` stays cheap to im
 from __future__ import annotations
 
 import os
-import stat
 from dataclasses import dataclass
 from pathlib import Path
 
-ENV_CURVE_SECRET = "LOADERTOP_CURVE_SECRET"
-ENV_AUTHORIZED_KEYS = "LOADERTOP_AUTHORIZED_KEYS"
+from loadertop.environment import LOADERTOP_AUTHORIZED_KEYS, LOADERTOP_CURVE_SECRET
+
 PUBLIC_SUFFIX = ".key"
 SECRET_SUFFIX = ".key_secret"
 
@@ -78,17 +77,6 @@ def _load(path: str | os.PathLike, *, need_secret: bool, what: str) -> tuple[byt
     return public, secret
 
 
-def secret_file_problem(path: str | os.PathLike) -> str | None:
-    """A warning when a secret key file is readable by others (None when it is private)."""
-    try:
-        mode = stat.S_IMODE(os.stat(path).st_mode)
-    except OSError:
-        return None
-    if mode & 0o077:
-        return f"{path} is readable by others (mode {mode:04o}); chmod 600 it"
-    return None
-
-
 # ---------------------------------------------------------------------------- viewer side
 def curve_client_options(key_file: str | None, server_key_file: str | None) -> dict:
     """The SUB socket options of a CURVE client: this viewer's key pair and the trainer's
@@ -123,29 +111,29 @@ def curve_server_from_env(environ=os.environ) -> CurveServer | None:
     `zmq.auth.thread` (asyncio included) there, since a module import on the publisher thread
     could deadlock a DataLoader worker forked meanwhile.
     """
-    secret_file = environ.get(ENV_CURVE_SECRET, "").strip()
-    keys_dir = environ.get(ENV_AUTHORIZED_KEYS, "").strip()
+    secret_file = environ.get(LOADERTOP_CURVE_SECRET, "").strip()
+    keys_dir = environ.get(LOADERTOP_AUTHORIZED_KEYS, "").strip()
     if not secret_file and not keys_dir:
         return None
     if not secret_file or not keys_dir:
-        missing = ENV_CURVE_SECRET if not secret_file else ENV_AUTHORIZED_KEYS
-        raise CurveConfigError(f"CurveZMQ needs both {ENV_CURVE_SECRET} and "
-                               f"{ENV_AUTHORIZED_KEYS}; {missing} is not set, so nothing is published")
+        missing = LOADERTOP_CURVE_SECRET if not secret_file else LOADERTOP_AUTHORIZED_KEYS
+        raise CurveConfigError(f"CurveZMQ needs both {LOADERTOP_CURVE_SECRET} and "
+                               f"{LOADERTOP_AUTHORIZED_KEYS}; {missing} is not set, so nothing is published")
     import zmq.auth
-    import zmq.auth.thread  # noqa: F401  (see above)
+    import zmq.auth.thread
 
     try:
-        public, secret = _load(secret_file, need_secret=True, what=ENV_CURVE_SECRET)
+        public, secret = _load(secret_file, need_secret=True, what=LOADERTOP_CURVE_SECRET)
     except (OSError, ValueError) as exc:
         raise CurveConfigError(f"{exc}; nothing is published") from None
     keys_dir = os.path.expanduser(keys_dir)
     if not os.path.isdir(keys_dir):
-        raise CurveConfigError(f"{ENV_AUTHORIZED_KEYS}: no such directory: {keys_dir}; "
+        raise CurveConfigError(f"{LOADERTOP_AUTHORIZED_KEYS}: no such directory: {keys_dir}; "
                                f"nothing is published")
     try:
         authorized = len(zmq.auth.load_certificates(keys_dir))
     except (OSError, ValueError) as exc:
-        raise CurveConfigError(f"{ENV_AUTHORIZED_KEYS}: {exc}; nothing is published") from None
+        raise CurveConfigError(f"{LOADERTOP_AUTHORIZED_KEYS}: {exc}; nothing is published") from None
     return CurveServer(public=public, secret=secret, authorized_dir=keys_dir, authorized=authorized)
 
 

@@ -11,7 +11,7 @@ The viewer side imports this module, so it must never import torch (nor zmq: fra
 
 from __future__ import annotations
 
-from typing import Annotated, Literal, Union
+from typing import Annotated
 
 import msgspec
 from msgspec import Meta
@@ -195,7 +195,7 @@ class WorkerSample(msgspec.Struct, frozen=True, tag="wsample", array_like=True):
     dropped: Count = 0  # samples this worker could not send before this one
 
 
-Message = Union[LoaderReport, SystemReport, Goodbye]
+Message = LoaderReport | SystemReport | Goodbye
 
 _encoder = msgspec.msgpack.Encoder()
 _decoder = msgspec.msgpack.Decoder(Message)

@@ -1,5 +1,6 @@
 """Shared fixtures and helpers: private discovery directories, training workloads in subprocesses,
-`loadertop snapshot --json` runs, and a validator of the CONTRACT §3 document.
+`loadertop snapshot --json` runs, and a validator of the CONTRACT §3 document (a strict decode into
+`loadertop.document`'s types).
 
 Everything is real: workloads are `tests/workloads/train.py` in their own process (own session, so
 the whole process group, workers included, is killed at teardown), viewers are `python -m
@@ -9,7 +10,6 @@ loadertop ...` subprocesses. Synchronisation is by polling with a deadline, neve
 from __future__ import annotations
 
 import json
-import math
 import os
 import shutil
 import signal
@@ -19,7 +19,10 @@ import tempfile
 import time
 from pathlib import Path
 
+import msgspec
 import pytest
+
+from loadertop.document import Document, Source, Stats, SystemFigures, decode_json
 
 TESTS = Path(__file__).resolve().parent
 REPO = TESTS.parent
@@ -27,10 +30,6 @@ WORKLOADS = TESTS / "workloads"
 TRAIN = WORKLOADS / "train.py"
 VIEWER = WORKLOADS / "viewer.py"
 
-SNAPSHOT_SCHEMA = "loadertop.snapshot/1"
-STATES = {"running", "waiting", "stalled", "idle", "finished", "gone"}
-CATEGORIES = {"idle", "insufficient_data", "compute_bound", "input_bound_io", "input_bound_cpu",
-              "cpu_saturated", "main_process_bound", "memory_pressure", "stalled"}
 # `import torch` alone takes ~1.5 s here; a workload with spawn workers or a busy machine more.
 START_TIMEOUT_S = 60.0
 
@@ -277,7 +276,8 @@ class SnapshotRun:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 out, err = self.proc.communicate()
-                raise AssertionError(f"snapshot did not finish:\n{err.decode(errors='replace')}")
+                raise AssertionError(
+                    f"snapshot did not finish:\n{err.decode(errors='replace')}") from None
             out_s, err_s = out.decode(errors="replace"), err.decode(errors="replace")
             doc = None
             if self.as_json and self.proc.returncode == 0:
@@ -312,152 +312,98 @@ def source_of(doc: dict, pid: int) -> dict:
 
 
 # --------------------------------------------------------------------------- §3 document shape
-def _is_num(value) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+def typed_document(doc: dict) -> Document:
+    """The document decoded strictly into `loadertop.document.Document`: every key of the
+    contract present with its type and range (fractions in 0..1, counts >= 0, categories and
+    states by name), and no key the types do not describe (the round trip gives it back whole)."""
+    raw = json.dumps(doc).encode()
+    try:
+        typed = decode_json(raw)
+    except msgspec.ValidationError as exc:
+        raise AssertionError(f"the document does not fit the contract's types: {exc}") from None
+    again = json.loads(msgspec.json.encode(typed))
+    assert again == doc, ("keys the types do not describe, or values they change: "
+                          f"{_first_difference(doc, again)}")
+    return typed
 
 
-def _num_or_none(value, where: str, lo: float | None = None, hi: float | None = None) -> None:
-    if value is None:
+def _first_difference(a, b, where: str = "$") -> str:
+    if isinstance(a, dict) and isinstance(b, dict):
+        for key in sorted(set(a) | set(b)):
+            if key not in b:
+                return f"{where}.{key} is not in the types"
+            if key not in a:
+                return f"{where}.{key} missing"
+            if a[key] != b[key]:
+                return _first_difference(a[key], b[key], f"{where}.{key}")
+    if isinstance(a, list) and isinstance(b, list) and len(a) == len(b):
+        for i, (x, y) in enumerate(zip(a, b)):
+            if x != y:
+                return _first_difference(x, y, f"{where}[{i}]")
+    return f"{where}: {a!r} != {b!r}"
+
+
+def _stats(stats: Stats | None, where: str) -> None:
+    if stats is None:
         return
-    assert _is_num(value), f"{where}: {value!r} is not a number"
-    if lo is not None:
-        assert value >= lo, f"{where}: {value!r} < {lo}"
-    if hi is not None:
-        assert value <= hi, f"{where}: {value!r} > {hi}"
+    assert stats.p50 <= stats.p95 <= stats.p99 <= stats.max, f"{where}: percentiles unordered {stats}"
+    assert stats.mean <= stats.max + 1e-6, f"{where}: mean above max {stats}"
 
 
-def _keys(obj, keys: set, where: str) -> None:
-    assert isinstance(obj, dict), f"{where}: not an object: {obj!r}"
-    missing = keys - set(obj)
-    assert not missing, f"{where}: missing keys {sorted(missing)}"
-
-
-def _stats(obj, where: str) -> None:
-    if obj is None:
-        return
-    _keys(obj, {"mean", "p50", "p95", "p99", "max"}, where)
-    for k in ("mean", "p50", "p95", "p99", "max"):
-        _num_or_none(obj[k], f"{where}.{k}", lo=0)
-        assert obj[k] is not None, f"{where}.{k} is null inside a present stats object"
-    assert obj["p50"] <= obj["p95"] <= obj["p99"] <= obj["max"], f"{where}: percentiles unordered {obj}"
-    assert obj["mean"] <= obj["max"] + 1e-6, f"{where}: mean above max {obj}"
-
-
-def _verdict(obj, where: str) -> None:
-    _keys(obj, {"category", "summary", "evidence", "advice"}, where)
-    assert obj["category"] in CATEGORIES, f"{where}.category: {obj['category']!r}"
-    assert isinstance(obj["summary"], str) and obj["summary"], f"{where}.summary: {obj['summary']!r}"
-    for k in ("evidence", "advice"):
-        assert isinstance(obj[k], list) and all(isinstance(x, str) for x in obj[k]), f"{where}.{k}"
-
-
-SOURCE_KEYS = {"id", "host", "pid", "rank", "name", "state", "config", "batches", "batches_total",
-               "batches_per_s", "samples_per_s", "wait_ms", "step_ms", "wait_fraction", "queue",
-               "workers", "diagnosis"}
-CONFIG_KEYS = {"num_workers", "batch_size", "prefetch_factor", "pin_memory", "persistent_workers",
-               "dataset", "worker_context"}
-WORKER_KEYS = {"id", "pid", "alive", "exitcode", "cpu_percent", "rss_bytes", "batches", "fetch_ms",
-               "cpu_fraction"}
-SYSTEM_KEYS = {"cpu_count", "cpu_percent", "per_cpu_percent", "iowait_percent", "load_avg_1m",
-               "mem_total_bytes", "mem_available_bytes", "mem_used_percent", "swap_total_bytes",
-               "swap_used_bytes", "swap_in_bytes_per_s", "swap_out_bytes_per_s",
-               "disk_read_bytes_per_s", "disk_write_bytes_per_s", "gpu_status", "gpus"}
-GPU_KEYS = {"index", "name", "util_percent", "mem_used_bytes", "mem_total_bytes", "temperature_c",
-            "power_w"}
-
-
-def check_source(src: dict, where: str = "source") -> None:
-    _keys(src, SOURCE_KEYS, where)
-    assert isinstance(src["id"], str) and src["id"].count(":") >= 2, f"{where}.id {src['id']!r}"
-    assert isinstance(src["host"], str) and src["host"]
-    assert isinstance(src["pid"], int) and src["pid"] > 0
-    assert src["rank"] is None or (isinstance(src["rank"], int) and src["rank"] >= 0)
-    assert isinstance(src["name"], str) and src["name"]
-    assert src["id"] == f"{src['host']}:{src['pid']}:{src['name']}", f"{where}.id {src['id']!r}"
-    assert src["state"] in STATES, f"{where}.state {src['state']!r}"
-    cfg = src["config"]
-    _keys(cfg, CONFIG_KEYS, f"{where}.config")
-    assert isinstance(cfg["num_workers"], int) and cfg["num_workers"] >= 0
-    assert cfg["batch_size"] is None or (isinstance(cfg["batch_size"], int) and cfg["batch_size"] > 0)
-    if cfg["num_workers"] == 0:
-        assert cfg["prefetch_factor"] is None and cfg["worker_context"] is None, cfg
+def check_source(src: Source, where: str = "source") -> None:
+    """What the types cannot say about a source: identity, and figures that must agree."""
+    assert src.id == f"{src.host}:{src.pid}:{src.name}", f"{where}.id {src.id!r}"
+    assert src.host and src.name and src.pid > 0, where
+    cfg = src.config
+    assert cfg.batch_size is None or cfg.batch_size > 0, cfg
+    if cfg.num_workers == 0:
+        assert cfg.prefetch_factor is None and cfg.worker_context is None, cfg
     else:
-        assert isinstance(cfg["prefetch_factor"], int) and cfg["prefetch_factor"] >= 1, cfg
-        assert cfg["worker_context"] in ("fork", "spawn", "forkserver"), cfg
-    assert isinstance(cfg["pin_memory"], bool) and isinstance(cfg["persistent_workers"], bool)
-    assert isinstance(cfg["dataset"], str) and cfg["dataset"]
-    for k in ("batches", "batches_total"):
-        assert isinstance(src[k], int) and src[k] >= 0, f"{where}.{k} {src[k]!r}"
-    assert src["batches"] <= src["batches_total"], f"{where}: window batches above the total"
-    _num_or_none(src["batches_per_s"], f"{where}.batches_per_s", lo=0)
-    _num_or_none(src["samples_per_s"], f"{where}.samples_per_s", lo=0)
-    _stats(src["wait_ms"], f"{where}.wait_ms")
-    _stats(src["step_ms"], f"{where}.step_ms")
-    _num_or_none(src["wait_fraction"], f"{where}.wait_fraction", lo=0, hi=1)
-    q = src["queue"]
-    _keys(q, {"ready", "in_flight", "capacity"}, f"{where}.queue")
-    for k in ("ready", "in_flight", "capacity"):
-        assert q[k] is None or (isinstance(q[k], int) and q[k] >= 0), f"{where}.queue.{k} {q[k]!r}"
-    if cfg["num_workers"] > 0 and q["capacity"] is not None:
-        assert q["capacity"] == cfg["num_workers"] * cfg["prefetch_factor"], q
-    assert isinstance(src["workers"], list)
-    for i, w in enumerate(src["workers"]):
+        assert cfg.prefetch_factor is not None and cfg.prefetch_factor >= 1, cfg
+        assert cfg.worker_context in ("fork", "spawn", "forkserver"), cfg
+    assert cfg.dataset, cfg
+    assert src.batches <= src.batches_total, f"{where}: window batches above the total"
+    _stats(src.wait_ms, f"{where}.wait_ms")
+    _stats(src.step_ms, f"{where}.step_ms")
+    q = src.queue
+    if cfg.num_workers > 0 and q.capacity is not None:
+        assert q.capacity == cfg.num_workers * (cfg.prefetch_factor or 0), q
+    for i, w in enumerate(src.workers):
         ww = f"{where}.workers[{i}]"
-        _keys(w, WORKER_KEYS, ww)
-        assert isinstance(w["id"], int) and w["id"] >= 0
-        assert w["pid"] is None or (isinstance(w["pid"], int) and w["pid"] > 0)
-        assert w["alive"] in (True, False, None), ww
-        assert w["exitcode"] is None or isinstance(w["exitcode"], int), ww
-        if w["alive"]:
-            assert w["exitcode"] is None, f"{ww}: a live worker with an exit code"
-        _num_or_none(w["cpu_percent"], f"{ww}.cpu_percent", lo=0)
-        assert w["rss_bytes"] is None or (isinstance(w["rss_bytes"], int) and w["rss_bytes"] > 0)
-        assert isinstance(w["batches"], int) and w["batches"] >= 0
-        _stats(w["fetch_ms"], f"{ww}.fetch_ms")
-        _num_or_none(w["cpu_fraction"], f"{ww}.cpu_fraction", lo=0, hi=1)
-    ids = [w["id"] for w in src["workers"]]
+        assert w.pid is None or w.pid > 0, ww
+        if w.alive:
+            assert w.exitcode is None, f"{ww}: a live worker with an exit code"
+        assert w.rss_bytes is None or w.rss_bytes > 0, ww
+        _stats(w.fetch_ms, f"{ww}.fetch_ms")
+    ids = [w.id for w in src.workers]
     assert len(ids) == len(set(ids)), f"{where}: duplicate worker ids {ids}"
-    _verdict(src["diagnosis"], f"{where}.diagnosis")
+    assert src.diagnosis.summary and "\n" not in src.diagnosis.summary, f"{where}.diagnosis"
 
 
-def check_system(system, where: str = "system") -> None:
-    _keys(system, SYSTEM_KEYS, where)
-    assert isinstance(system["cpu_count"], int) and system["cpu_count"] >= 1
-    _num_or_none(system["cpu_percent"], f"{where}.cpu_percent", lo=0, hi=100)
-    if system["per_cpu_percent"] is not None:
-        assert isinstance(system["per_cpu_percent"], list)
-        for v in system["per_cpu_percent"]:
-            _num_or_none(v, f"{where}.per_cpu_percent", lo=0, hi=100)
-    _num_or_none(system["iowait_percent"], f"{where}.iowait_percent", lo=0, hi=100)
-    _num_or_none(system["load_avg_1m"], f"{where}.load_avg_1m", lo=0)
-    _num_or_none(system["mem_used_percent"], f"{where}.mem_used_percent", lo=0, hi=100)
-    for k in ("mem_total_bytes", "mem_available_bytes", "swap_total_bytes", "swap_used_bytes",
-              "swap_in_bytes_per_s", "swap_out_bytes_per_s", "disk_read_bytes_per_s",
-              "disk_write_bytes_per_s"):
-        _num_or_none(system[k], f"{where}.{k}", lo=0)
-    if system["mem_total_bytes"] is not None and system["mem_available_bytes"] is not None:
-        assert system["mem_available_bytes"] <= system["mem_total_bytes"]
-    status = system["gpu_status"]
-    assert status in ("ok", "no_nvml", "no_gpu") or (isinstance(status, str) and status.startswith("error:")), status
-    assert isinstance(system["gpus"], list)
+def check_system(system: SystemFigures, where: str = "system") -> None:
+    assert system.cpu_count >= 1, where
+    if system.mem_total_bytes is not None and system.mem_available_bytes is not None:
+        assert system.mem_available_bytes <= system.mem_total_bytes, where
+    status = system.gpu_status
+    assert status in ("ok", "no_nvml", "no_gpu") or status.startswith("error:"), status
     if status != "ok":
-        assert system["gpus"] == [], "GPU figures without gpu_status ok"
-    for i, g in enumerate(system["gpus"]):
-        _keys(g, GPU_KEYS, f"{where}.gpus[{i}]")
+        assert system.gpus == (), "GPU figures without gpu_status ok"
 
 
-def check_document(doc: dict, *, system_required: bool = True) -> None:
-    """Validate the CONTRACT §3 shape: every key, types, fractions in 0..1, null where unknown."""
-    _keys(doc, {"schema", "taken_at", "window_s", "sources", "system", "diagnosis"}, "document")
-    assert doc["schema"] == SNAPSHOT_SCHEMA
-    assert _is_num(doc["taken_at"]) and abs(doc["taken_at"] - time.time()) < 600
-    assert _is_num(doc["window_s"]) and doc["window_s"] > 0
-    assert isinstance(doc["sources"], list)
-    for i, src in enumerate(doc["sources"]):
+def check_document(doc: dict, *, system_required: bool = True, recent: bool = True) -> Document:
+    """Validate a CONTRACT §3 document (as parsed from `snapshot --json`) and return it typed:
+    the strict decode above, then what the types cannot check. `recent`: taken just now."""
+    typed = typed_document(doc)
+    if recent:
+        assert abs(typed.taken_at - time.time()) < 600, typed.taken_at
+    assert typed.window_s > 0
+    for i, src in enumerate(typed.sources):
         check_source(src, f"sources[{i}]")
-    if system_required or doc["system"] is not None:
-        check_system(doc["system"])
-    _verdict(doc["diagnosis"], "diagnosis")
-    assert "source" in doc["diagnosis"]
-    ids = {s["id"] for s in doc["sources"]}
-    assert doc["diagnosis"]["source"] is None or doc["diagnosis"]["source"] in ids
+    if system_required:
+        assert typed.system is not None, "no machine figures"
+    if typed.system is not None:
+        check_system(typed.system)
+    assert typed.diagnosis.summary
+    ids = {s.id for s in typed.sources}
+    assert typed.diagnosis.source is None or typed.diagnosis.source in ids
+    return typed

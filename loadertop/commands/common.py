@@ -12,14 +12,15 @@ class UsageError(Exception):
     """A user mistake with a one-line explanation; printed without a traceback."""
 
 
-def open_subscriber(endpoint_args: list[str], *, key: str | None = None,
+def open_subscriber(endpoint_args: list[str], *, window_s: float = 3.0, key: str | None = None,
                     server_key: str | None = None):
+    from loadertop.endpoints import EndpointError, resolve
     from loadertop.viewer.model import Model
-    from loadertop.viewer.subscriber import EndpointError, Subscriber, resolve_endpoint
+    from loadertop.viewer.subscriber import Subscriber
 
     directory = discovery.discovery_dir()
     try:
-        endpoints = [resolve_endpoint(e, directory) for e in endpoint_args]
+        endpoints = [resolve(e, directory) for e in endpoint_args]
     except EndpointError as exc:
         raise UsageError(str(exc)) from None
     curve = None
@@ -30,7 +31,7 @@ def open_subscriber(endpoint_args: list[str], *, key: str | None = None,
             curve = curve_client_options(key, server_key)
         except (OSError, ValueError) as exc:
             raise UsageError(str(exc)) from None
-    model = Model()
+    model = Model(window_s=window_s)
     return Subscriber(model, endpoints, directory=directory, curve=curve)
 
 

@@ -15,6 +15,7 @@ With `--once`, or when stdout is not a terminal, no screen is opened: the job ru
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
 import shutil
@@ -25,14 +26,14 @@ import tempfile
 import time
 from pathlib import Path
 
+from loadertop import environment
 from loadertop.commands.common import print_error
-
-from loadertop.examples.demo_train import PHASE_NAMES  # imports no torch: the job does, later
+from loadertop.commands.view import MIN_REFRESH_S
+from loadertop.examples import demo_train  # imports no torch: the job does, in its own process
 
 JOB_MODULE = "loadertop.examples.demo_train"
 STOP_GRACE_S = 5.0  # SIGTERM, then this long for the job to stop its workers, then SIGKILL
 STARTUP_TIMEOUT_S = 60.0  # --once: no data by then is an error (torch imports in ~1.5 s here)
-MIN_REFRESH_S = 0.05
 # The job's exit codes after we stopped it: its SIGTERM handler exits 128 + 15; killed: -15 / -9.
 STOPPED_CODES = (0, 128 + signal.SIGTERM, -signal.SIGTERM, -signal.SIGKILL)
 
@@ -43,10 +44,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         description="Run a synthetic training job (CPU only, offline) whose input pipeline goes "
                     "through phases — healthy, I/O-bound, CPU-bound, CPU saturated — and watch "
                     "it in the loadertop viewer. Quit with q; the job stops with the viewer.")
-    p.add_argument("--phase-seconds", type=float, default=20.0, metavar="S",
-                   help="how long each phase lasts (default 20)")
-    p.add_argument("--phases", default=",".join(PHASE_NAMES), metavar="NAMES",
-                   help=f"comma-separated phases to cycle through (default {','.join(PHASE_NAMES)})")
+    demo_train.add_phase_arguments(p)
     p.add_argument("--refresh", type=float, default=1.0, metavar="S",
                    help="seconds between screen refreshes (default 1)")
     p.add_argument("--no-color", action="store_true", help="no colours (also: NO_COLOR=1)")
@@ -61,7 +59,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 class DemoJob:
     """The child training process, its private directory, and how to stop it."""
 
-    def __init__(self, *, phase_seconds: float, phases: str) -> None:
+    def __init__(self, *, phase_seconds: float, phases: tuple[demo_train.Phase, ...]) -> None:
         self.phase_seconds = phase_seconds
         self.phases = phases
         # mkdtemp creates the directory 0700: only we can connect to the job's ipc sockets.
@@ -74,13 +72,13 @@ class DemoJob:
 
     def start(self) -> None:
         env = dict(os.environ)
-        env.pop("LOADERTOP_DISABLE", None)
-        env["LOADERTOP_DIR"] = str(self.directory)
-        env["LOADERTOP_ENDPOINT"] = self.endpoint
+        env.pop(environment.LOADERTOP_DISABLE, None)
+        env[environment.LOADERTOP_DIR] = str(self.directory)
+        env[environment.LOADERTOP_ENDPOINT] = self.endpoint
         env.setdefault("PYTHONWARNINGS", "ignore")  # e.g. torch's "Failed to initialize NumPy"
-        cmd = [sys.executable, "-m", JOB_MODULE, "--phase-seconds", f"{self.phase_seconds:g}",
-               "--phases", self.phases, "--phase-file", str(self.phase_file),
-               "--parent-pid", str(os.getpid())]
+        cmd = [sys.executable, "-m", JOB_MODULE,
+               *demo_train.phase_command_line(self.phase_seconds, self.phases),
+               "--phase-file", str(self.phase_file), "--parent-pid", str(os.getpid())]
         self._log = open(self.log_path, "wb")
         # Its output goes to a log (the screen is the viewer's); its own session keeps terminal
         # signals (Ctrl-C, SIGHUP) to us, who stop it in order, and lets us kill its workers too.
@@ -157,14 +155,6 @@ def _kill_group(pgid: int) -> None:
 
 def main(argv: list[str]) -> int:
     args = parse_args(argv)
-    if args.phase_seconds < 1:
-        print_error("--phase-seconds must be at least 1")
-        return 2
-    phases = [p.strip() for p in args.phases.split(",") if p.strip()]
-    unknown = [p for p in phases if p not in PHASE_NAMES]
-    if unknown or not phases:
-        print_error(f"unknown phase {', '.join(unknown) or '(none)'}; choose from {', '.join(PHASE_NAMES)}")
-        return 2
     once = args.once or not sys.stdout.isatty()
     if not once and args.refresh < MIN_REFRESH_S:
         print_error(f"--refresh must be at least {MIN_REFRESH_S} s")
@@ -172,46 +162,40 @@ def main(argv: list[str]) -> int:
     if args.seconds is not None and args.seconds <= 0:
         print_error("--seconds must be positive")
         return 2
+    # The job runs in this very Python (sys.executable): without torch here it cannot start.
+    if importlib.util.find_spec("torch") is None:
+        print(f"loadertop demo: the demo's training job needs torch, which this Python "
+              f"({sys.executable}) does not have: pip install torch (watching other jobs needs "
+              f"none)", file=sys.stderr)
+        return 1
 
-    job = DemoJob(phase_seconds=args.phase_seconds, phases=",".join(phases))
+    job = DemoJob(phase_seconds=args.phase_seconds, phases=args.phases)
     try:
         job.start()  # first: its torch import overlaps with ours of textual
         if once:
-            seconds = args.seconds if args.seconds is not None else args.phase_seconds * len(phases)
+            seconds = args.seconds if args.seconds is not None else \
+                args.phase_seconds * len(args.phases)
             return run_once(job, seconds)
-        return run_screen(job, refresh_s=args.refresh,
-                          no_color=args.no_color or bool(os.environ.get("NO_COLOR")))
+        return run_screen(job, refresh_s=args.refresh, no_color=environment.no_color(args.no_color))
     finally:
         job.stop()
         job.cleanup()
 
 
-def _subscriber(job: DemoJob):
+def _subscriber(job: DemoJob, window_s: float = 3.0):
     from loadertop.viewer.model import Model
     from loadertop.viewer.subscriber import Subscriber
 
     # Exactly the job's endpoint, no discovery: other jobs of this user stay out of the demo.
     # (An ipc connect before the job binds is retried by ZeroMQ until the socket appears.)
-    return Subscriber(Model(), [job.endpoint], directory=job.directory, discover=False)
+    return Subscriber(Model(window_s=window_s), [job.endpoint], directory=job.directory,
+                      discover=False)
 
 
 def run_screen(job: DemoJob, *, refresh_s: float, no_color: bool) -> int:
-    from loadertop.viewer.app import LoadertopApp
-    from loadertop.viewer.subscriber import NetworkFeed
+    from loadertop.commands.view import run_app
 
-    feed = NetworkFeed(_subscriber(job))
-    app = LoadertopApp(feed, refresh_s=refresh_s, no_color=no_color, note=job.note)
-
-    def on_signal(signum, frame) -> None:
-        app.exit()  # leave the screen in order; `main` then stops the job
-
-    previous = {s: signal.signal(s, on_signal) for s in (signal.SIGTERM, signal.SIGHUP)}
-    try:
-        app.run()
-    finally:
-        for s, handler in previous.items():
-            signal.signal(s, handler)
-        feed.close()
+    run_app(_subscriber(job), refresh_s=refresh_s, no_color=no_color, note=job.note)
     code = job.exit_code()
     if code not in (None, 0):
         print_error(f"the demo job exited with code {code}; its last output:\n{job.log_tail()}")
@@ -223,11 +207,10 @@ def run_once(job: DemoJob, seconds: float) -> int:
     """Watch `seconds` from the first data on; print a report at the end of each phase."""
     from loadertop.viewer.report import render_text
 
-    sub = _subscriber(job)
-    model = sub.model
     # Judge often enough for the verdict's hysteresis (3 updates) to settle inside a short phase.
     step_s = min(1.0, job.phase_seconds / 6)
-    window_s = min(3.0, job.phase_seconds * 0.6)
+    sub = _subscriber(job, window_s=min(3.0, job.phase_seconds * 0.6))
+    model = sub.model
     reports: list[str] = []
     current: tuple | None = None  # (phase dict, last document seen during it)
     try:
@@ -255,7 +238,7 @@ def run_once(job: DemoJob, seconds: float) -> int:
                     break
                 continue
             next_doc = now_m + step_s
-            doc = model.document(time.time(), window_s)
+            doc = model.advance(time.time())
             phase = job.phase()
             key = (phase or {}).get("started_at")
             if current is not None and current[0] is not None and \
@@ -275,11 +258,11 @@ def run_once(job: DemoJob, seconds: float) -> int:
     return 0
 
 
-def _phase_report(phase: dict | None, doc: dict, render_text) -> str:
+def _phase_report(phase: dict | None, doc, render_text) -> str:
     if phase is None:
         head = "== demo: starting =="
     else:
-        shown = (doc.get("diagnosis") or {}).get("category")
+        shown = doc.diagnosis.category
         head = (f"== demo phase {phase.get('index', 0) + 1}/{phase.get('count', '?')}: "
                 f"{phase.get('title')} — expected {phase.get('expect')}, diagnosed {shown} ==")
     return head + "\n" + render_text(doc)

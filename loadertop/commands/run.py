@@ -13,16 +13,16 @@ by signal N), and the signals a job is stopped or steered with are forwarded to 
 
 from __future__ import annotations
 
+import importlib.util
 import os
-import re
+import shutil
 import signal
 import socket
 import subprocess
 import sys
 
-from loadertop import discovery
+from loadertop import discovery, endpoints, environment
 
-ENV_RUN = "LOADERTOP_RUN"
 BOOTSTRAP_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
                              "probe", "_bootstrap")
 # SIGUSR1/2: SLURM and Lightning use them to ask a job to checkpoint or requeue.
@@ -55,9 +55,6 @@ Names: a loader is named after the variable it is iterated from (train_loader), 
 loader1, ...; loaders wrapped with loadertop.instrument(...) keep their name and are counted once.
 """
 
-_HOST_PORT = re.compile(r"^[\w.\-]+:\d+$|^\[[0-9a-fA-F:.]+\]:\d+$")
-
-
 class UsageError(Exception):
     pass
 
@@ -84,7 +81,10 @@ def parse(argv: list[str]) -> tuple[dict, list[str]]:
                 if i >= len(argv):
                     raise UsageError("--listen needs an endpoint (tcp://HOST:PORT)")
                 value = argv[i]
-            opts["listen"] = listen_endpoint(value)
+            try:
+                opts["listen"] = str(endpoints.parse_listen(value))
+            except endpoints.EndpointError as exc:
+                raise UsageError(f"--listen: {exc}") from None
         elif arg.startswith("-"):
             raise UsageError(f"unknown option {arg!r} (put the command after `--`)")
         else:
@@ -96,28 +96,15 @@ def parse(argv: list[str]) -> tuple[dict, list[str]]:
     return opts, command
 
 
-def listen_endpoint(text: str) -> str:
-    text = text.strip()
-    if text.isdigit():
-        text = f"tcp://127.0.0.1:{text}"  # a bare port stays on this machine
-    elif "://" not in text and _HOST_PORT.match(text):
-        text = f"tcp://{text}"
-    if text.startswith("tcp://") and _HOST_PORT.match(text[len("tcp://"):].replace("*", "0.0.0.0")):
-        return text
-    if text.startswith("ipc://") and len(text) > len("ipc://"):
-        return text
-    raise UsageError(f"--listen: not an endpoint: {text!r} (expected tcp://HOST:PORT or PORT)")
-
-
 def child_env(environ, listen: str | None) -> dict:
     env = dict(environ)
-    env[ENV_RUN] = "1"
-    env.pop("LOADERTOP_RUN_WARNED", None)
-    env.pop("LOADERTOP_RUN_PORT_BASE", None)  # a nested run starts from its own --listen
+    env[environment.LOADERTOP_RUN] = "1"
+    env.pop(environment.LOADERTOP_RUN_WARNED, None)
+    env.pop(environment.LOADERTOP_RUN_PORT_BASE, None)  # a nested run starts from its own --listen
     parts = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p and p != BOOTSTRAP_DIR]
     env["PYTHONPATH"] = os.pathsep.join([BOOTSTRAP_DIR, *parts])
     if listen:
-        env[discovery.ENV_ENDPOINT] = listen
+        env[environment.LOADERTOP_ENDPOINT] = listen
     return env
 
 
@@ -138,22 +125,85 @@ def main(argv: list[str]) -> int:
     env = child_env(os.environ, opts["listen"])
     if not opts["quiet"]:
         print(_hint(env), file=sys.stderr, flush=True)
+    warning = torch_warning(command, env)
+    if warning:
+        print(warning, file=sys.stderr, flush=True)
     if hasattr(signal, "sigtimedwait") and hasattr(signal, "pthread_sigmask"):
         return _run_sigwait(command, env)
     return _run_handlers(command, env)  # pragma: no cover - macOS: no sigtimedwait
 
 
 def _hint(env: dict) -> str:
-    endpoint = env.get(discovery.ENV_ENDPOINT)
-    where = endpoint or f"private sockets in {discovery.discovery_dir()}"
-    shown = endpoint
-    for wildcard in ("tcp://0.0.0.0:", "tcp://*:"):
-        if endpoint and endpoint.startswith(wildcard):  # from elsewhere: this host's name
-            shown = f"tcp://{socket.gethostname()}:{endpoint[len(wildcard):]}"
-    watch = f"loadertop {shown}" if endpoint else "loadertop"
-    if env.get("LOADERTOP_CURVE_SECRET"):
+    listen = environment.endpoint(env)
+    where = listen or f"private sockets in {discovery.discovery_dir()}"
+    watch = "loadertop"  # discovery: every instrumented process of this user on this machine
+    if listen:
+        try:
+            endpoint = endpoints.parse_listen(listen)
+        except endpoints.EndpointError:
+            endpoint = None  # the job's publisher says what is wrong with it, once
+        if endpoint is None:
+            watch = f"loadertop {listen}"
+        elif endpoint.transport == "tcp" and not endpoint.port:
+            pass  # any free port: known once bound, and written in the discovery entry
+        elif endpoint.is_wildcard:  # from elsewhere, reached by this host's name
+            watch = f"loadertop tcp://{socket.gethostname()}:{endpoint.port}"
+        else:
+            watch = f"loadertop {endpoint}"
+    if env.get(environment.LOADERTOP_CURVE_SECRET):
         watch += " --key VIEWER.key_secret --server-key TRAINER.key"
     return f"loadertop run: this job's DataLoaders publish on {where}; watch with: {watch}"
+
+
+def torch_warning(command: list[str], env: dict) -> str | None:
+    """One line when COMMAND is known to run this very Python and this Python has no torch (a
+    watching-only install): its DataLoaders cannot be instrumented here.
+
+    `run` itself needs no torch, and COMMAND may run another Python (another virtualenv, a
+    script's #! line) that has both torch and loadertop: so this is a warning, given only when
+    COMMAND's Python is known to be ours. When it is another one, or cannot be told (a shell
+    script), `run` stays silent: a child Python that lacks loadertop says so itself (the start-up
+    hook), and one that lacks torch fails at its own `import torch` with Python's clear error."""
+    if importlib.util.find_spec("torch") is not None:
+        return None
+    python = python_of(command, env.get("PATH"))
+    if python is None or not _is_this_python(python):
+        return None
+    return (f"loadertop run: torch is not installed in {sys.executable}, the Python that runs "
+            f"{command[0]}: its DataLoaders cannot be instrumented (install torch there)")
+
+
+def python_of(command: list[str], search_path: str | None) -> str | None:
+    """The Python executable COMMAND starts, when it can be told without running anything:
+    COMMAND is a Python itself, or a script whose #! line names one (torchrun and other console
+    scripts, `#!/usr/bin/env python3`). None otherwise."""
+    program = shutil.which(command[0], path=search_path) if command else None
+    if program is None:
+        return None
+    if os.path.basename(program).startswith("python"):
+        return program
+    try:
+        with open(program, "rb") as f:
+            first_line = f.readline(512)
+    except OSError:
+        return None
+    if not first_line.startswith(b"#!"):
+        return None
+    words = first_line[2:].decode(errors="replace").split()
+    if words and os.path.basename(words[0]) == "env":
+        words = [w for w in words[1:] if not w.startswith("-")]
+    if not words or not os.path.basename(words[0]).startswith("python"):
+        return None
+    return words[0] if os.path.isabs(words[0]) else shutil.which(words[0], path=search_path)
+
+
+def _is_this_python(path: str) -> bool:
+    # A virtualenv is known by its bin directory (its python is a symlink to the base one), and
+    # two Pythons of one directory (python3.11, python3.12) by the file the names point to.
+    here = os.path.abspath(sys.executable)
+    there = os.path.abspath(path)
+    return (os.path.dirname(here) == os.path.dirname(there)
+            and os.path.realpath(here) == os.path.realpath(there))
 
 
 def _start(command: list[str], env: dict, **kwargs):

@@ -6,17 +6,19 @@ import sys
 import time
 
 from loadertop.commands.common import UsageError, no_sources_message, open_subscriber, print_error, watch
+from loadertop.document import Document
 
 
-def take(endpoint_args: list[str], seconds: float, *, key=None, server_key=None) -> tuple[dict | None, str | None]:
+def take(endpoint_args: list[str], seconds: float, *, key=None,
+         server_key=None) -> tuple[Document | None, str | None]:
     """(document, None) or (None, error message)."""
-    sub = open_subscriber(endpoint_args, key=key, server_key=server_key)
+    sub = open_subscriber(endpoint_args, window_s=seconds, key=key, server_key=server_key)
     try:
         if not sub.found_any():
             return None, no_sources_message(sub)
         watch(sub, seconds)
-        doc = sub.model.document(time.time(), window_s=seconds)
-        if not doc["sources"]:
+        doc = sub.model.advance(time.time())
+        if not doc.sources:
             return None, ("no data received from " + ", ".join(sub.sockets) +
                           f" within {seconds:g} s (is the trainer running and iterating an"
                           " instrumented loader?)")

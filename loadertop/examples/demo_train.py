@@ -36,6 +36,9 @@ as JSON for the viewer to show.
 
 Run it by hand with ``python -m loadertop.examples.demo_train`` (or ``examples/demo_train.py``)
 and watch it with ``loadertop`` in another terminal.
+
+Importing this module imports no torch (the job does once it runs): `loadertop demo` imports it for
+the phases and the arguments the two share (``add_phase_arguments``).
 """
 
 from __future__ import annotations
@@ -74,6 +77,46 @@ PHASES = (
           worker_nice=10),
 )
 PHASE_NAMES = tuple(p.name for p in PHASES)
+DEFAULT_PHASE_SECONDS = 20.0
+# A phase trains, then runs its val pass for VAL_SECONDS: in a shorter one, val would be most of it.
+MIN_PHASE_SECONDS = 1.0
+
+
+# ---- the arguments `loadertop demo` and this job share (the demo passes them on)
+def phases_argument(text: str) -> tuple[Phase, ...]:
+    """--phases: comma-separated names; the phases run in the order of PHASES, each once."""
+    names = {name.strip() for name in text.split(",") if name.strip()}
+    unknown = sorted(names - set(PHASE_NAMES))
+    if unknown or not names:
+        raise argparse.ArgumentTypeError(
+            f"unknown phase {', '.join(unknown) or '(none)'}; choose from {', '.join(PHASE_NAMES)}")
+    return tuple(p for p in PHASES if p.name in names)
+
+
+def phase_seconds_argument(text: str) -> float:
+    """--phase-seconds: a number, at least MIN_PHASE_SECONDS."""
+    try:
+        seconds = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not seconds >= MIN_PHASE_SECONDS:  # also refuses nan
+        raise argparse.ArgumentTypeError(f"must be at least {MIN_PHASE_SECONDS:g}")
+    return seconds
+
+
+def add_phase_arguments(parser: argparse.ArgumentParser) -> None:
+    """--phase-seconds and --phases, validated alike wherever they are given."""
+    parser.add_argument("--phase-seconds", type=phase_seconds_argument,
+                        default=DEFAULT_PHASE_SECONDS, metavar="S",
+                        help=f"how long each phase lasts (default {DEFAULT_PHASE_SECONDS:g}, "
+                             f"at least {MIN_PHASE_SECONDS:g})")
+    parser.add_argument("--phases", type=phases_argument, default=PHASES, metavar="NAMES",
+                        help=f"comma-separated phases to cycle through (default {','.join(PHASE_NAMES)})")
+
+
+def phase_command_line(phase_seconds: float, phases: tuple[Phase, ...]) -> list[str]:
+    """The shared arguments, as the job's command line takes them."""
+    return ["--phase-seconds", repr(phase_seconds), "--phases", ",".join(p.name for p in phases)]
 
 
 def burn_cpu(seconds: float) -> None:
@@ -157,7 +200,7 @@ class Job:
         val = loadertop.instrument(DataLoader(val_set, batch_size=BATCH_SIZE, num_workers=0), name="val")
         weights = torch.randn(3 * 16 * 16, 10)
 
-        phases = [p for p in PHASES if p.name in self.args.phases]
+        phases = self.args.phases
         index = 0
         while not self.should_stop():
             phase = phases[index % len(phases)]
@@ -193,24 +236,14 @@ def _exit_on_signal(signum, frame) -> None:
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="demo_train", description="loadertop's synthetic training job")
-    p.add_argument("--phase-seconds", type=float, default=20.0, metavar="S",
-                   help="how long each phase lasts (default 20)")
+    add_phase_arguments(p)
     p.add_argument("--seconds", type=float, default=None, metavar="S",
                    help="stop after this long (default: run until stopped)")
     p.add_argument("--phase-file", default=None, metavar="PATH",
                    help="write the current phase here as JSON")
     p.add_argument("--parent-pid", type=int, default=None, metavar="PID",
                    help="exit when this process is no longer our parent")
-    p.add_argument("--phases", default=",".join(PHASE_NAMES), metavar="NAMES",
-                   help=f"comma-separated phases to cycle through (default {','.join(PHASE_NAMES)})")
-    args = p.parse_args(argv)
-    args.phases = [name.strip() for name in args.phases.split(",") if name.strip()]
-    unknown = [name for name in args.phases if name not in PHASE_NAMES]
-    if unknown or not args.phases:
-        p.error(f"unknown phase {', '.join(unknown) or '(none)'}; choose from {', '.join(PHASE_NAMES)}")
-    if args.phase_seconds <= VAL_SECONDS:
-        p.error(f"--phase-seconds must be more than {VAL_SECONDS}")
-    return args
+    return p.parse_args(argv)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -22,9 +22,9 @@ import sys
 import threading
 import weakref
 
+from loadertop import environment
+
 TARGET = "torch.utils.data.dataloader"
-ENV_RUN = "LOADERTOP_RUN"
-ENV_PORT_BASE = "LOADERTOP_RUN_PORT_BASE"  # the --listen endpoint before the LOCAL_RANK offset
 
 # Names at a call site that say nothing about the loader (a wrapper's parameter, a generic local).
 _GENERIC_NAMES = frozenset({"self", "cls", "iterable", "iterator", "it", "obj", "seq", "x", "_"})
@@ -33,15 +33,11 @@ _SKIP = object()  # a loader we decided not to instrument (a worker, a failed re
 
 _lock = threading.Lock()
 # loader -> (pid, LoaderRecord, worker endpoint) or _SKIP; weak, so a loader's death frees it.
-_records: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+_records: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 # (pid, filename, line) of the call site -> record: a loader created anew each epoch at the same
 # place reuses its predecessor's record (once that loader is gone) instead of adding a source.
 _by_call_site: dict[tuple, object] = {}
 _probe = None  # loadertop.probe.loader, imported at the first iteration (never at torch import)
-
-
-def disabled() -> bool:
-    return os.environ.get("LOADERTOP_DISABLE", "") not in ("", "0")
 
 
 # ---------------------------------------------------------------------------- installing
@@ -100,7 +96,7 @@ def _remove_finder() -> None:
 def install() -> bool:
     """Patch DataLoader now if torch's dataloader module is loaded, else when it is imported.
     Returns False when disabled by LOADERTOP_DISABLE. Idempotent."""
-    if disabled():
+    if environment.disabled():
         return False
     module = sys.modules.get(TARGET)
     if module is not None:
@@ -142,19 +138,26 @@ def unpatch(module) -> None:
 
 def apply_rank_port(environ=os.environ) -> None:
     """`run --listen tcp://H:P` over torchrun: every local rank would bind the same port, so
-    rank N listens on P+N (LOCAL_RANK). Idempotent in the rank's own children, which inherit the
-    already-offset variable: the offset is always applied to the remembered base."""
-    local_rank = environ.get("LOCAL_RANK", "")
-    if not local_rank.isdigit():
+    rank N listens on P+N (LOCAL_RANK; `endpoints.rank_endpoint`). Idempotent in the rank's own
+    children, which inherit the already-offset variable: the offset is always applied to the
+    remembered base."""
+    local_rank = environment.local_rank(environ)
+    if local_rank is None:
         return
-    base = environ.get(ENV_PORT_BASE) or environ.get("LOADERTOP_ENDPOINT", "")
-    if not base.startswith("tcp://"):
+    # Imported only here, for ranks: every other Python under `loadertop run` skips it.
+    from loadertop import endpoints
+
+    base = environ.get(environment.LOADERTOP_RUN_PORT_BASE) or environment.endpoint(environ)
+    if base is None:
         return
-    host, _, port = base[len("tcp://"):].rpartition(":")
-    if not host or not port.isdigit() or int(port) == 0:
-        return  # port 0 / wildcard: each rank gets its own port anyway
-    environ[ENV_PORT_BASE] = base
-    environ["LOADERTOP_ENDPOINT"] = f"tcp://{host}:{int(port) + int(local_rank)}"
+    try:
+        shifted = endpoints.rank_endpoint(base, local_rank)
+    except endpoints.EndpointError:
+        return  # the rank's publisher reports the unusable endpoint itself, once
+    if shifted is None:
+        return  # not tcp, or any free port: each rank gets its own port anyway
+    environ[environment.LOADERTOP_RUN_PORT_BASE] = base
+    environ[environment.LOADERTOP_ENDPOINT] = shifted
 
 
 # ---------------------------------------------------------------------------- iterating
@@ -203,7 +206,7 @@ def _register(loader, probe, frame):
             return entry
         entry = _SKIP
         try:
-            if not disabled() and not _in_dataloader_worker():
+            if not environment.disabled() and not _in_dataloader_worker():
                 entry = _find_or_create(loader, probe, frame)
         except Exception as exc:  # never let observing break training
             probe.warn_once(f"instrumentation disabled for a DataLoader: {exc!r}")
@@ -281,10 +284,12 @@ def guess_name(loader, frame) -> str | None:
     (`self.train_loader`), or a global — looked up once per loader, from the frame iterating it.
     None (then loader0, loader1, …) when no such name is found."""
     for f in _user_frames(frame):
-        local_items = _items(lambda: f.f_locals)
+        local_items = _items(lambda f=f: f.f_locals)
         owner = next((v for k, v in local_items if k == "self"), None)
-        attr_items = _items(lambda: vars(owner)) if owner is not None and owner is not loader else []
-        for items, strip in ((local_items, False), (attr_items, True), (_items(lambda: f.f_globals), False)):
+        attr_items = (_items(lambda owner=owner: vars(owner))
+                      if owner is not None and owner is not loader else [])
+        global_items = _items(lambda f=f: f.f_globals)
+        for items, strip in ((local_items, False), (attr_items, True), (global_items, False)):
             for name, value in items:
                 if value is loader and _usable(name):
                     return (name.lstrip("_") or name) if strip else name

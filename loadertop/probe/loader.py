@@ -7,11 +7,10 @@ the wrapped iterator's own: we never touch the batch, and an exception is re-rai
 
 from __future__ import annotations
 
-import os
 import threading
 import time
 
-from loadertop import discovery
+from loadertop import environment
 from loadertop.probe.publisher import get_publisher, warn_once
 from loadertop.probe.record import LOOP_CPU_SAMPLE_NS, LoaderRecord
 from loadertop.probe.worker import WorkerHook
@@ -169,7 +168,7 @@ def instrument(loader, *, name: str | None = None, endpoint: str | None = None):
     `endpoint` overrides LOADERTOP_ENDPOINT for this process's publisher (the first call that
     starts the publisher decides). With LOADERTOP_DISABLE=1 the loader is returned untouched.
     """
-    if os.environ.get(discovery.ENV_DISABLE, "") not in ("", "0"):
+    if environment.disabled():
         return loader
     if isinstance(loader, InstrumentedDataLoader):
         return loader  # already instrumented: never measure twice

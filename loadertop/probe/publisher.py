@@ -20,7 +20,7 @@ import time
 
 import psutil
 
-from loadertop import discovery, wire
+from loadertop import discovery, endpoints, environment, wire
 from loadertop.probe.record import LoaderRecord
 
 SAMPLE_S = 0.02  # queue-depth sampling period: enough samples per report to see the fill
@@ -29,10 +29,9 @@ SLOW_S = 1.0  # psutil worker sampling and the system sample
 RETIRE_AFTER_S = 10.0  # a loader garbage-collected this long ago says goodbye and stops reporting
 SNDHWM = 1000
 CLOSE_LINGER_MS = 200  # at exit, let the goodbye messages leave, but never hold exit longer
-LOOPBACK_HOSTS = ("127.", "localhost", "[::1]", "::1")
 
 _lock = threading.Lock()
-_publisher: "Publisher | None" = None
+_publisher: Publisher | None = None
 _warned = False
 
 
@@ -47,7 +46,7 @@ def warn_once(message: str) -> None:
             pass
 
 
-def get_publisher(endpoint: str | None = None) -> "Publisher":
+def get_publisher(endpoint: str | None = None) -> Publisher:
     """The process's publisher, created on first use (and again in a forked child); `endpoint`
     only matters to the call that creates it."""
     global _publisher
@@ -57,26 +56,11 @@ def get_publisher(endpoint: str | None = None) -> "Publisher":
         return _publisher
 
 
-def _rank_from_env() -> int | None:
-    for var in ("RANK", "LOCAL_RANK", "SLURM_PROCID"):
-        value = os.environ.get(var)
-        if value is not None and value.isdigit():
-            return int(value)
-    return None
-
-
-def _is_loopback(endpoint: str) -> bool:
-    if not endpoint.startswith("tcp://"):
-        return True
-    host = endpoint[len("tcp://"):].rsplit(":", 1)[0]
-    return host.startswith(LOOPBACK_HOSTS)
-
-
 class Publisher:
     def __init__(self, endpoint: str | None = None) -> None:
         self.pid = os.getpid()
         self.host = socket.gethostname()
-        self.rank = _rank_from_env()
+        self.rank = environment.rank()
         try:
             proc = psutil.Process()
             self.started_at = proc.create_time()
@@ -88,8 +72,11 @@ class Publisher:
         self._names: set[str] = set()
         self._records_lock = threading.Lock()
         self.directory = discovery.discovery_dir()
-        requested = endpoint or os.environ.get(discovery.ENV_ENDPOINT)
-        self.endpoint = requested or f"ipc://{self.directory}/{self.pid}.sock"
+        # Given: instrument(endpoint=) or LOADERTOP_ENDPOINT, checked when the publisher starts.
+        self.requested_endpoint = endpoint or environment.endpoint()
+        self._endpoint_given = bool(endpoint)
+        self._ipv6 = False  # an IPv6 address to listen on: ZeroMQ needs the IPV6 option for it
+        self.endpoint = self.requested_endpoint or f"ipc://{self.directory}/{self.pid}.sock"
         self.worker_endpoint: str | None = f"ipc://{self.directory}/{self.pid}-workers.sock"
         self.entry_path = None
         self.failed: str | None = None
@@ -149,6 +136,18 @@ class Publisher:
     def _start(self) -> None:
         if self._thread is not None:
             return
+        if self.requested_endpoint is not None:
+            try:
+                endpoint = endpoints.parse_listen(self.requested_endpoint)
+            except endpoints.EndpointError as exc:
+                origin = "instrument(endpoint=...)" if self._endpoint_given else \
+                    environment.LOADERTOP_ENDPOINT
+                self.failed = f"{origin}: {exc}"
+                self.worker_endpoint = None
+                warn_once(f"{self.failed}; training continues unobserved")
+                return
+            self.endpoint = str(endpoint)
+            self._ipv6 = endpoint.is_ipv6
         try:
             discovery.ensure_private_dir(self.directory)
         except OSError as exc:
@@ -219,6 +218,8 @@ class Publisher:
             pub.setsockopt(zmq.XPUB_VERBOSE, 1)  # see every subscribe, not only the first
             pub.setsockopt(zmq.SNDHWM, SNDHWM)
             pub.setsockopt(zmq.LINGER, 0)
+            if self._ipv6:
+                pub.setsockopt(zmq.IPV6, 1)
             if self._curve is not None:
                 from loadertop import remote
 
@@ -230,7 +231,7 @@ class Publisher:
                 warn_once(f"{self.failed}; training continues unobserved")
                 return
             self.endpoint = pub.getsockopt_string(zmq.LAST_ENDPOINT) or self.endpoint
-            if not _is_loopback(self.endpoint):
+            if not endpoints.is_loopback(self.endpoint):
                 print(f"loadertop: publishing loader figures on {self.endpoint}, reachable beyond "
                       f"this machine", file=sys.stderr, flush=True)
             pull = ctx.socket(zmq.PULL)

@@ -20,7 +20,7 @@ rates and percentages are None on the first call, which has nothing to compare w
             temperature_c, power_w, power_limit_w, processes: [{pid, used_mem_bytes}]}]
 """
 
-from .gpu import FakeGpuReader, GpuReader, NvmlGpuReader
+from .gpu import GpuReader, NvmlGpuReader
 from .host import SystemSampler
 
-__all__ = ["FakeGpuReader", "GpuReader", "NvmlGpuReader", "SystemSampler"]
+__all__ = ["GpuReader", "NvmlGpuReader", "SystemSampler"]

@@ -1,4 +1,5 @@
-"""GPU readings: one small reader interface, an NVML implementation and a fake for tests.
+"""GPU readings: one small reader interface and its NVML implementation (the tests' fake, for
+machines without a GPU, is `tests/fakes.py`'s `FakeGpuReader`).
 
 A reader answers `read() -> (status, gpus)`. `status` is one of "ok", "no_nvml" (no driver or
 library: a CPU-only machine), "no_gpu" (NVML works, zero devices) or "error: <short reason>";
@@ -9,7 +10,7 @@ never a made-up 0.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from typing import Any, Protocol, runtime_checkable
 
 # The keys of one GPU dict, in order. Processes are [{"pid": int, "used_mem_bytes": int | None}].
@@ -43,57 +44,6 @@ class GpuReader(Protocol):
     def close(self) -> None:
         """Release whatever the reader holds (NVML); safe to call twice."""
         ...
-
-
-class FakeGpuReader:
-    """A reader that returns the GPUs it was given; for tests here and in other modules.
-
-    `FakeGpuReader()` is a machine without a driver ("no_nvml"); `FakeGpuReader([{...}])` fills each
-    given dict up with every GPU field (missing ones None), so tests only spell what they need.
-    """
-
-    def __init__(self, gpus: Iterable[dict[str, Any]] | None = None, status: str | None = None):
-        self.gpus = [make_gpu(index=i, **g) if "index" not in g else make_gpu(**g) for i, g in enumerate(gpus or [])]
-        self.status = status if status is not None else ("ok" if self.gpus else "no_nvml")
-        self.reads = 0
-        self.closed = False
-
-    @classmethod
-    def single(cls, util: float | None = 50.0, **fields: Any) -> FakeGpuReader:
-        """One healthy-looking 16 GiB GPU at `util` percent; any GPU field can be overridden."""
-        gib = 1 << 30
-        defaults: dict[str, Any] = {
-            "name": "Fake GPU",
-            "uuid": "GPU-00000000-0000-0000-0000-000000000000",
-            "util_percent": util,
-            "mem_util_percent": util,
-            "mem_used_bytes": 4 * gib,
-            "mem_total_bytes": 16 * gib,
-            "temperature_c": 50.0,
-            "power_w": 100.0,
-            "power_limit_w": 300.0,
-        }
-        defaults.update(fields)
-        return cls([defaults])
-
-    def read(self) -> tuple[str, list[dict[str, Any]]]:
-        self.reads += 1
-        # Copies, so a caller that edits the result doesn't change the next read.
-        return self.status, [dict(g, processes=[dict(p) for p in g["processes"]]) for g in self.gpus]
-
-    def close(self) -> None:
-        self.closed = True
-
-
-def make_gpu(index: int = 0, name: str = "GPU", **fields: Any) -> dict[str, Any]:
-    """A GPU dict with every field of `GPU_FIELDS`; unknown keys are an error (catches typos)."""
-    unknown = set(fields) - set(GPU_FIELDS)
-    if unknown:
-        raise TypeError(f"unknown GPU fields: {sorted(unknown)}")
-    gpu: dict[str, Any] = {key: None for key in GPU_FIELDS}
-    gpu.update(index=index, name=name, processes=[])
-    gpu.update(fields)
-    return gpu
 
 
 class NvmlGpuReader:
@@ -145,7 +95,7 @@ class NvmlGpuReader:
             self._initialised = False
             try:
                 self._nvml.nvmlShutdown()
-            except Exception:  # noqa: BLE001 - shutting down must never raise into the caller
+            except Exception:
                 pass
 
     # --- internals ---------------------------------------------------------------------------
@@ -168,7 +118,7 @@ class NvmlGpuReader:
         if self._nvml is None:
             try:
                 import pynvml
-            except Exception:  # noqa: BLE001 - a broken install is as good as none
+            except Exception:
                 return "no_nvml"
             self._nvml = pynvml
         nvml = self._nvml

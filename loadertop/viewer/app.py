@@ -1,10 +1,14 @@
-"""The loadertop TUI: a Textual app that renders documents pulled from a *feed*.
+"""The loadertop TUI: a Textual app that shows the documents a *feed* produces.
 
 Reading is not rendering (memray's live TUI is the model): the feed drains the network on a cheap
-``poll`` timer; once per refresh tick the app asks it for the current document and pushes it into the
-widgets inside ``batch_update()``. Widgets only render. Tables refresh at most ~2 Hz, and a tick whose
-document did not change touches nothing but the header clock. Measured on the reference machine
-(FIELD-NOTES): rendering per message cost 67 % of a core, this shape 10–16 % at 10 Hz.
+``poll`` timer; once per refresh tick (unless paused) the app asks it to ``advance`` to now, and
+pushes the one document that returns into the widgets inside ``batch_update()``. Widgets only
+render, and being line-API widgets (`widgets.lines`) they repaint only the lines that changed.
+Tables refresh at most ~2 Hz and panels ~4 Hz; a tick whose document did not change touches nothing
+but the header clock.
+
+The layout is `compose` below: the panels in it (`widgets.Panel`) each say what part of the document
+they show and which history series they graph; the app collects those into one `History`.
 
 This module imports neither torch nor zmq: the feed is handed in.
 """
@@ -12,59 +16,61 @@ This module imports neither torch nor zmq: the feed is handed in.
 from __future__ import annotations
 
 import math
-import os
 import time
-from collections import deque
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import Protocol
 
 from textual.app import App, ComposeResult
 from textual.binding import Binding
 from textual.containers import Container, Vertical
 from textual.events import Resize
 from textual.filter import Monochrome
-from textual.screen import ModalScreen
+from textual.screen import Screen
 from textual.timer import Timer
 from textual.widgets import Footer, Static
 
+from loadertop.document import Document, Source
 from loadertop.viewer.widgets import (
-    CATEGORIES,
     Banner,
     CpuPanel,
     DiskPanel,
     GpuPanel,
     HeaderBar,
+    HelpScreen,
+    History,
     LoaderPanel,
     MemoryPanel,
     OverviewTable,
+    Panel,
     WorkersTable,
-    waiting_for,
 )
+from loadertop.viewer.widgets.header import waiting_for
+from loadertop.viewer.widgets.theme import source_labels
 
 
 class Feed(Protocol):
-    """Where documents come from. The real one reads ZeroMQ; tests use ``FakeFeed``."""
+    """Where documents come from. The real one reads ZeroMQ (`subscriber.NetworkFeed`); tests use
+    ``tests/fakes.FakeFeed``."""
 
     def poll(self) -> None:
-        """Drain the network without blocking; called every ``poll_s``."""
+        """Drain the network without blocking; called every ``poll_s`` (and before each tick)."""
 
-    def document(self) -> dict:
-        """The current report (CONTRACT §3 + viewer extras); called once per refresh tick.
-
-        Return a new dict when anything changed: an unchanged (equal) document is not re-rendered.
-        """
+    def advance(self, now: float) -> Document:
+        """Move the model to ``now`` and return the document as of then; called once per refresh
+        tick that is not paused. Return the same object when nothing changed."""
+        ...
 
     def close(self) -> None: ...
 
 
 #: Refresh intervals that ``+`` / ``-`` step through (seconds).
 REFRESH_STEPS = (0.1, 0.2, 0.5, 1.0, 2.0, 5.0)
-#: Tables (DataTable re-renders a row per changed cell) refresh at most this often.
+#: The tables refresh at most this often: a worker's figures change at the probe's 1 Hz sample, and
+#: rows that reorder (a sort by CPU) several times a second are hard to read.
 TABLE_MIN_INTERVAL_S = 0.5
 #: The loader and machine panels (and their graphs' history) at most this often: the probe reports
-#: 4 times a second, the machine once, so a faster redraw only repaints jitter. Drawing is the
-#: viewer's main cost (Textual's compositor; Model.document is ~1 ms a source): at 10 Hz this keeps
-#: the CPU in budget while the header, banner and clock still follow every tick.
+#: 4 times a second, the machine once, so a faster redraw only repaints jitter, and the graphs keep
+#: a useful span of time at 10 Hz. The header, banner and clock still follow every tick.
 PANEL_MIN_INTERVAL_S = 0.25
 #: Drain the network at least this often between ticks (each tick drains it first anyway).
 POLL_S = 1.0
@@ -72,42 +78,6 @@ POLL_S = 1.0
 MIN_WIDTH, MIN_HEIGHT = 60, 15
 #: Below this the compact layout: one line per machine panel, fewer table columns, stacked.
 WIDE_MIN_WIDTH, WIDE_MIN_HEIGHT = 110, 30
-#: Ticks of history kept per graph (wider than any graph we draw).
-HISTORY_LEN = 300
-
-
-HELP_TEXT = """\
-[b]loadertop[/b] — top for PyTorch DataLoaders
-
-[b]Keys[/b]
-  q, Esc        quit (Esc/q/? close this help)
-  ?             this help
-  space         pause: stop showing new data (the clock keeps ticking)
-  + / -         refresh slower / faster ({steps} s)
-  tab, ]        next source        shift+tab, \\[   previous source
-  o             overview: all sources (ranks, train/val) in one table
-  c m f i       sort workers by CPU %, memory (RSS), fetch p95, id (again: reverse)
-
-[b]Reading the screen[/b]
-  wait       how long the training loop was blocked in next() per batch
-  waiting    share of wall time spent waiting for data (above 5 % is worth a look)
-  queue      batches ready for the loop / requested from workers / capacity
-  cpu_frac   worker CPU time ÷ wall time while producing a batch:
-             near 1 the worker computes, near 0 it waits (disk, network, locks)
-  –          unknown on this machine (never a made-up 0)
-
-[b]Diagnoses[/b]
-{categories}
-"""
-
-
-class HelpScreen(ModalScreen[None]):
-    BINDINGS = [Binding("escape,q,question_mark", "app.pop_screen", "Close", show=True)]
-
-    def compose(self) -> ComposeResult:
-        cats = "\n".join(f"  [{c.colour}]{c.words}[/]" for c in CATEGORIES.values())
-        steps = "/".join(f"{s:g}" for s in REFRESH_STEPS)
-        yield Static(HELP_TEXT.format(categories=cats, steps=steps), id="help")
 
 
 class LoadertopApp(App[None]):
@@ -138,15 +108,16 @@ class LoadertopApp(App[None]):
     def __init__(self, feed: Feed, *, refresh_s: float = 1.0, clock: Callable[[], float] = time.time,
                  no_color: bool = False, poll_s: float = POLL_S,
                  note: Callable[[], str | None] | None = None) -> None:
-        """``note``: an optional line of context for the header, asked once per tick (the demo
-        says which phase runs)."""
+        """``no_color``: draw without colour (the commands pass ``--no-color`` / ``NO_COLOR``);
+        ``note``: an optional line of context for the header, asked once per tick (the demo says
+        which phase runs)."""
         super().__init__()
         self.note = note
         self.feed = feed
         self.refresh_s = float(refresh_s)
         self.poll_s = float(poll_s)
         self._clock = clock
-        if (no_color or "NO_COLOR" in os.environ) and not self.no_color:
+        if no_color and not self.no_color:
             # What Textual 8.2.8 itself does for NO_COLOR (App.__init__), for the explicit flag.
             self.no_color = True
             self._filters.append(Monochrome())
@@ -155,20 +126,17 @@ class LoadertopApp(App[None]):
         self.selected = 0
         self.compact = False
         self.too_small = False
-        self.document: dict | None = None  # the document on screen
+        self.document: Document | None = None  # the document on screen
+        self.history = History()  # the graphs' points; the panels' series are added on mount
         self.ticks = 0
         self._selected_id: str | None = None
         self._tables_due = True
         self._last_table_tick = -10**9
         self._panels_due = True
         self._last_panel_tick = -10**9
-        self._last_system_sent: Any = None
         self._refresh_timer: Timer | None = None
         self._poll_timer: Timer | None = None
-        self._main_screen: Any = None  # set on mount
-        # History, one entry per tick whose document changed: per source id, and for the machine.
-        self._source_history: dict[str, dict[str, deque]] = {}
-        self._machine_history: dict[str, deque] = {}
+        self._main_screen: Screen | None = None  # set on mount
 
     # ------------------------------------------------------------------ layout
 
@@ -192,11 +160,10 @@ class LoadertopApp(App[None]):
         # Direct references: App.query_one would search whichever screen is on top (e.g. help).
         self._header = self.query_one(HeaderBar)
         self._banner = self.query_one(Banner)
-        self._loader = self.query_one(LoaderPanel)
         self._workers_table = self.query_one(WorkersTable)
         self._overview = self.query_one(OverviewTable)
-        self._machine_panels = (self.query_one(GpuPanel), self.query_one(CpuPanel),
-                                self.query_one(MemoryPanel), self.query_one(DiskPanel))
+        self._panels: list[Panel] = list(self.query(Panel))
+        self.history.track(series for panel in self._panels for series in panel.SERIES)
         self._too_small = self.query_one("#too-small", Static)
         self._main_screen = self.screen
         self._apply_size(self.size.width, self.size.height)
@@ -213,11 +180,11 @@ class LoadertopApp(App[None]):
         self.call_after_refresh(self._render_document, True)
 
     def _apply_size(self, width: int, height: int) -> None:
-        if self._main_screen is None:
+        screen = self._main_screen
+        if screen is None:
             return
         too_small = width < MIN_WIDTH or height < MIN_HEIGHT
         compact = width < WIDE_MIN_WIDTH or height < WIDE_MIN_HEIGHT
-        screen = self._main_screen
         self.too_small = too_small
         screen.set_class(too_small, "-too-small")
         self._too_small.update(
@@ -225,7 +192,7 @@ class LoadertopApp(App[None]):
         if compact != self.compact:
             self.compact = compact
             screen.set_class(compact, "-compact")
-            for panel in (self._loader, *self._machine_panels):
+            for panel in self._panels:
                 panel.set_compact(compact)
             self._workers_table.compact = compact
             self._overview.compact = compact
@@ -237,17 +204,15 @@ class LoadertopApp(App[None]):
         self.feed.poll()
 
     def tick(self) -> None:
-        """One refresh: pull the document (unless paused) and push it into the widgets."""
+        """One refresh: advance the feed to now (unless paused) and show what changed."""
         self.ticks += 1
-        changed = False
         if not self.paused:
             self.feed.poll()  # the freshest figures for this tick
-            doc = self.feed.document()
+            doc = self.feed.advance(self._clock())
             if doc is not self.document and doc != self.document:
                 self.document = doc
                 self._tables_due = self._panels_due = True
-                changed = True
-        if changed or self._panels_due or self._tables_due:  # due: held back by a rate cap
+        if self._panels_due or self._tables_due:  # new, or held back by a rate cap
             self._render_document()
         else:
             with self.batch_update():
@@ -259,23 +224,19 @@ class LoadertopApp(App[None]):
 
     def _render_document(self, force_tables: bool = False) -> None:
         doc = self.document
-        src = self._current_source()
         with self.batch_update():
+            src = self._current_source()
             self._render_header()
-            self._banner.show((doc or {}).get("diagnosis"), self._diagnosed_source(),
+            self._banner.show(doc.diagnosis if doc is not None else None, self._diagnosed_label(),
                               compact=self.compact, waiting=waiting_for(doc))
             if force_tables or (self._panels_due and
                                 self.ticks - self._last_panel_tick >= self._every(PANEL_MIN_INTERVAL_S)):
                 self._panels_due = False
                 self._last_panel_tick = self.ticks
                 if doc is not None and not force_tables:
-                    self._record_history(doc)
-                src = self._current_source()
-                history = self._source_history.get(src.get("id"), {}) if src else {}
-                self._loader.show(src, history)
-                sys_ = (doc or {}).get("system")
-                for panel in self._machine_panels:
-                    panel.show(sys_, self._machine_history)
+                    self.history.record(doc)
+                for panel in self._panels:
+                    panel.show(panel.data_of(doc, src), self.history)
             if force_tables or (self._tables_due and
                                 self.ticks - self._last_table_tick >= self._every(TABLE_MIN_INTERVAL_S)):
                 self._tables_due = False
@@ -295,66 +256,34 @@ class LoadertopApp(App[None]):
                           paused=self.paused, refresh_s=self.refresh_s,
                           selected=self.selected, compact=self.compact, note=note)
 
-    def _current_source(self) -> dict | None:
-        sources = (self.document or {}).get("sources") or []
+    def _current_source(self) -> Source | None:
+        sources = self.document.sources if self.document is not None else ()
         if not sources:
             return None
         # Keep following the same source when the list changes order or grows.
         if self._selected_id is not None:
             for i, s in enumerate(sources):
-                if s.get("id") == self._selected_id:
+                if s.id == self._selected_id:
                     self.selected = i
                     return s
         self.selected = min(self.selected, len(sources) - 1)
-        self._selected_id = sources[self.selected].get("id")
+        self._selected_id = sources[self.selected].id
         return sources[self.selected]
 
-    def _diagnosed_source(self) -> dict | None:
-        diag = (self.document or {}).get("diagnosis") or {}
-        for s in (self.document or {}).get("sources") or []:
-            if s.get("id") == diag.get("source"):
-                return s
-        return None
-
-    def _record_history(self, doc: dict) -> None:
-        def push(store: dict[str, deque], key: str, value: Any) -> None:
-            if key not in store:
-                store[key] = deque(maxlen=HISTORY_LEN)
-            store[key].append(value)
-
-        seen = set()
-        for s in doc.get("sources") or []:
-            sid = s.get("id")
-            seen.add(sid)
-            hist = self._source_history.setdefault(sid, {})
-            push(hist, "wait_p95_ms", (s.get("wait_ms") or {}).get("p95"))
-            push(hist, "batches_per_s", s.get("batches_per_s"))
-        for sid in list(self._source_history):
-            if sid not in seen:
-                del self._source_history[sid]
-        sys_ = doc.get("system")
-        if sys_ is None:
-            return
-        # One point per machine sample (1 Hz from the probe), not per tick: a 10 Hz screen would
-        # otherwise draw each sample ten times over. Documents without `sent_at` (tests) count
-        # every time.
-        sent = sys_.get("sent_at")
-        if sent is not None and sent == self._last_system_sent:
-            return
-        self._last_system_sent = sent
-        m = self._machine_history
-        push(m, "cpu_percent", sys_.get("cpu_percent"))
-        push(m, "iowait_percent", sys_.get("iowait_percent"))
-        push(m, "disk_read", sys_.get("disk_read_bytes_per_s"))
-        push(m, "disk_write", sys_.get("disk_write_bytes_per_s"))
-        for gpu in sys_.get("gpus") or []:
-            push(m, f"gpu{gpu.get('index')}_util", gpu.get("util_percent"))
+    def _diagnosed_label(self) -> str | None:
+        """The label of the source the top verdict is about (None: about the machine)."""
+        doc = self.document
+        if doc is None or doc.diagnosis.source is None:
+            return None
+        labels = source_labels(doc.sources)
+        return next((labels[i] for i, s in enumerate(doc.sources) if s.id == doc.diagnosis.source),
+                    None)
 
     # ------------------------------------------------------------------ actions
 
     def action_help(self) -> None:
         if not isinstance(self.screen, HelpScreen):
-            self.push_screen(HelpScreen())
+            self.push_screen(HelpScreen(REFRESH_STEPS))
 
     def action_toggle_pause(self) -> None:
         self.paused = not self.paused
@@ -379,11 +308,11 @@ class LoadertopApp(App[None]):
             self._set_refresh(shorter[-1])
 
     def _select(self, step: int) -> None:
-        sources = (self.document or {}).get("sources") or []
+        sources = self.document.sources if self.document is not None else ()
         if len(sources) < 2:
             return
         self.selected = (self.selected + step) % len(sources)
-        self._selected_id = sources[self.selected].get("id")
+        self._selected_id = sources[self.selected].id
         self._render_document(force_tables=True)
 
     def action_next_source(self) -> None:
@@ -394,7 +323,8 @@ class LoadertopApp(App[None]):
 
     def action_toggle_overview(self) -> None:
         self.overview = not self.overview
-        self._main_screen.set_class(self.overview, "-overview")
+        if self._main_screen is not None:
+            self._main_screen.set_class(self.overview, "-overview")
         # The overview table fits its columns to its width, known only once it is laid out.
         self.call_after_refresh(self._render_document, True)
 
@@ -406,4 +336,3 @@ class LoadertopApp(App[None]):
             table.sort_by, table.reverse = key, False
         with self.batch_update():
             table.show(self._current_source())
-

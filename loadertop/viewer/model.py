@@ -1,22 +1,46 @@
 """The rolling state of everything a viewer has received, and the one computation of each figure.
 
-`Model.document(now, window_s)` builds the CONTRACT §3 snapshot document (plus the extras the
-TUI shows); `loadertop snapshot`, `--once` and the TUI all read that document, so a figure means
-the same everywhere. No torch, no zmq, no textual: messages come in already decoded.
+    model = Model(window_s=3.0)
+    model.ingest(message, received_at, endpoint)   # as messages arrive (cheap: a deque append)
+    model.advance(now)                             # once per refresh: forget, diagnose, stabilize
+    doc = model.document()                         # the typed CONTRACT §3 document, as of `now`
+
+`advance` is the only step with effects: it drops sources gone for good, diagnoses every source and
+steps the verdict stabilizer (whose persistence counts refreshes), then builds the `Document`.
+`document()` only returns it, so however often a view asks, it sees the same thing. `loadertop
+snapshot`, `--once` and the TUI all read that document, so a figure means the same everywhere.
+
+No torch, no zmq, no textual: messages come in already decoded by `loadertop.wire`.
 """
 
 from __future__ import annotations
 
 import math
-import time
 from collections import Counter, deque
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
+import msgspec
+
 from loadertop import diagnosis, wire
+from loadertop.document import (
+    SNAPSHOT_SCHEMA,
+    Document,
+    LoaderConfig,
+    LoopFigures,
+    QueueFigures,
+    Source,
+    SourceFigures,
+    State,
+    Stats,
+    SystemFigures,
+    Verdict,
+    ViewerStatus,
+    WorkerFigures,
+)
 from loadertop.viewer import ranks
 
-SNAPSHOT_SCHEMA = "loadertop.snapshot/1"
-HISTORY_S = 120.0  # reports kept per source (the window a viewer can ask for)
+HISTORY_S = 120.0  # reports kept per source (the longest window a viewer can ask for)
 GONE_AFTER_S = 3.0  # no report for this long (reports come every 0.25 s): the source is gone
 FORGET_AFTER_S = 600.0  # finished/gone sources stay visible this long, then are dropped
 SYSTEM_STALE_S = 10.0  # machine figures older than this are not shown as current
@@ -26,7 +50,7 @@ WAITING_FRACTION = 0.5  # the state is `waiting` when the loop waits at least th
 WAITING_BLOCKED_MS = 1000.0  # ... or has been blocked in next() this long right now
 
 
-def percentile(sorted_values: list[float], q: float) -> float:
+def percentile(sorted_values: Sequence[float], q: float) -> float:
     """Linear interpolation between closest ranks (numpy's default), q in 0..100."""
     if not sorted_values:
         raise ValueError("no values")
@@ -36,18 +60,14 @@ def percentile(sorted_values: list[float], q: float) -> float:
     return sorted_values[lo] + (sorted_values[hi] - sorted_values[lo]) * (pos - lo)
 
 
-def stats_ms(samples_us: list[int]) -> dict | None:
+def stats_ms(samples_us: Iterable[int]) -> Stats | None:
     """{mean, p50, p95, p99, max} in ms, or None without samples (never a made-up 0)."""
-    if not samples_us:
-        return None
     values = sorted(v / 1000.0 for v in samples_us)
-    return {
-        "mean": _round(sum(values) / len(values)),
-        "p50": _round(percentile(values, 50)),
-        "p95": _round(percentile(values, 95)),
-        "p99": _round(percentile(values, 99)),
-        "max": _round(values[-1]),
-    }
+    if not values:
+        return None
+    return Stats(mean=round(sum(values) / len(values), 3), p50=round(percentile(values, 50), 3),
+                 p95=round(percentile(values, 95), 3), p99=round(percentile(values, 99), 3),
+                 max=round(values[-1], 3))
 
 
 def _ratio(num: float, den: float, *, min_denominator: float = 0) -> float | None:
@@ -57,7 +77,7 @@ def _ratio(num: float, den: float, *, min_denominator: float = 0) -> float | Non
     dataset decodes in threads; either way the figure means "computing all the time": 1."""
     if den <= 0 or den < min_denominator:
         return None
-    return _round(min(1.0, max(0.0, num / den)), 3)
+    return round(min(1.0, max(0.0, num / den)), 3)
 
 
 def _round(value: float | None, digits: int = 3) -> float | None:
@@ -66,8 +86,10 @@ def _round(value: float | None, digits: int = 3) -> float | None:
 
 @dataclass
 class SourceState:
+    """What the viewer keeps of one source between refreshes."""
+
     source: str
-    reports: deque = field(default_factory=deque)  # (received_at, LoaderReport)
+    reports: deque[tuple[float, wire.LoaderReport]] = field(default_factory=deque)
     last: wire.LoaderReport | None = None
     last_received: float = 0.0
     first_received: float = 0.0
@@ -94,16 +116,30 @@ class SourceState:
         while self.reports and self.reports[0][0] < now - HISTORY_S:
             self.reports.popleft()
 
+    def sort_key(self) -> tuple[int, str, int, float]:
+        last = self.last
+        return (last.rank if last is not None and last.rank is not None else -1,
+                last.host if last is not None else "", last.pid if last is not None else 0,
+                self.first_received)
+
+
+@dataclass
+class _SystemEntry:
+    received: float
+    figures: SystemFigures  # age_s filled in when a document is built
+
 
 class Model:
-    def __init__(self) -> None:
+    def __init__(self, window_s: float = 3.0) -> None:
+        self.window_s = float(window_s)
         self.sources: dict[str, SourceState] = {}
-        self.systems: dict[str, tuple[float, wire.SystemReport]] = {}
+        self.systems: dict[str, _SystemEntry] = {}
         self.rejected: Counter[str] = Counter()
         self.received = 0
         self.endpoints: dict[str, float | None] = {}  # endpoint -> last time it delivered
         self.discovery_dir: str | None = None
         self.stabilizer = diagnosis.VerdictStabilizer()
+        self._document: Document | None = None
 
     # ------------------------------------------------------------ ingest
     def ingest(self, msg: wire.Message, now: float, endpoint: str | None = None) -> None:
@@ -117,7 +153,12 @@ class Model:
             state.add(msg, now)
             state.prune(now)
         elif isinstance(msg, wire.SystemReport):
-            self.systems[msg.host] = (now, msg)
+            try:
+                figures = system_figures_of(msg)
+            except msgspec.ValidationError:  # e.g. a GPU at 300 % util: valid msgpack, bad figures
+                self.reject("malformed")
+                return
+            self.systems[msg.host] = _SystemEntry(now, figures)
         elif isinstance(msg, wire.Goodbye):
             state = self.sources.get(msg.source)
             if state is not None:
@@ -125,26 +166,69 @@ class Model:
                 state.batches_total = max(state.batches_total, msg.batches_total)
 
     def reject(self, reason: str) -> None:
+        """Count a frame that `wire.decode` refused (by its reason)."""
         self.rejected[reason] += 1
 
     def add_endpoint(self, endpoint: str) -> None:
         self.endpoints.setdefault(endpoint, None)
 
-    def forget_old(self, now: float) -> None:
+    # ------------------------------------------------------------ the refresh
+    def advance(self, now: float) -> Document:
+        """Move to `now`: forget sources gone for good, diagnose every source (one step of the
+        verdict stabilizer each) and build the document that `document()` returns until the
+        next call. Call it once per refresh."""
         for sid, state in list(self.sources.items()):
             if now - state.last_received > FORGET_AFTER_S:
                 del self.sources[sid]
                 self.stabilizer.forget(sid)
+        sources: list[Source] = []
+        verdicts: list[tuple[str, Verdict]] = []
+        for state in sorted(self.sources.values(), key=SourceState.sort_key):
+            if state.last is None:
+                continue
+            figures = self.source_figures(state, now)
+            system = self.system_figures(figures.host, now)
+            verdict = diagnosis.diagnose(figures, system, self.stabilizer.shown_category(state.source))
+            shown = self.stabilizer.update(state.source, verdict, now)
+            verdicts.append((state.source, shown))
+            sources.append(Source(**msgspec.structs.asdict(figures), diagnosis=shown))
+        live_hosts = [s.host for s in sources if s.state not in ("gone", "finished")]
+        system = self.system_figures(live_hosts[0] if live_hosts else None, now)
+        last_data = max((t for t in self.endpoints.values() if t is not None), default=None)
+        self._document = Document(
+            schema=SNAPSHOT_SCHEMA,
+            taken_at=round(now, 3),
+            window_s=self.window_s,
+            sources=tuple(sources),
+            system=system,
+            diagnosis=diagnosis.overall(verdicts, system),
+            ranks=ranks.overview(sources),  # the straggler among ranks (viewer/ranks.py)
+            viewer=ViewerStatus(
+                endpoints=tuple(sorted(self.endpoints)),
+                connected=last_data is not None and now - last_data <= GONE_AFTER_S,
+                received=self.received,
+                bad_messages=sum(v for k, v in self.rejected.items() if k != "wrong_version"),
+                wrong_version=self.rejected.get("wrong_version", 0),
+                discovery_dir=self.discovery_dir,
+            ),
+        )
+        return self._document
+
+    def document(self) -> Document:
+        """The document built by the last `advance` (no effects: ask as often as you like)."""
+        if self._document is None:
+            raise RuntimeError("Model.document() before the first advance(now)")
+        return self._document
 
     # ------------------------------------------------------------ figures
-    def source_figures(self, state: SourceState, now: float, window_s: float) -> dict:
+    def source_figures(self, state: SourceState, now: float) -> SourceFigures:
         last = state.last
         assert last is not None
-        window = [m for t, m in state.reports if t >= now - window_s] or []
+        since = now - self.window_s
+        window = [m for t, m in state.reports if t >= since]
         batches = sum(m.batches for m in window)
         covered = sum(m.interval_s for m in window)
-        wait_us = [v for m in window for v in m.wait_us]
-        step_us = [v for m in window for v in m.step_us]
+        wait_ms = stats_ms(v for m in window for v in m.wait_us)
         wait_ns = sum(m.wait_ns for m in window)
         rate = batches / covered if covered > 0 else None
         batch_size = last.config.batch_size
@@ -154,66 +238,66 @@ class Model:
         if last.blocked_ms is not None and live:
             # Reports arrive every 0.25 s; only a late one means the loop is still blocked now.
             late = age if age > LATE_REPORT_S else 0.0
-            blocked_ms = _round(last.blocked_ms + late * 1000.0, 1)
-        fig = {
-            "id": state.source,
-            "host": last.host,
-            "pid": last.pid,
-            "rank": last.rank,
-            "name": last.name,
-            "state": None,
-            "config": {
-                "num_workers": last.config.num_workers,
-                "batch_size": batch_size,
-                "prefetch_factor": last.config.prefetch_factor,
-                "pin_memory": last.config.pin_memory,
-                "persistent_workers": last.config.persistent_workers,
-                "dataset": last.config.dataset,
-                "worker_context": last.config.worker_context,
-            },
-            "batches": batches,
-            "batches_total": state.batches_total,
-            "batches_per_s": _round(rate),
-            "samples_per_s": _round(rate * batch_size) if rate is not None and batch_size else None,
-            "wait_ms": stats_ms(wait_us),
-            "step_ms": stats_ms(step_us),
-            "wait_fraction": _round(min(1.0, wait_ns / (covered * 1e9))) if covered > 0 else None,
-            "blocked_ms": blocked_ms,
-            "queue": self._queue(last, window),
-            "workers": self._workers(last, window),
-            "loop": self._loop(last, window),
-            "epoch": last.epoch,
-            "command": last.command,
-            "endpoint": state.endpoint,
-            "started_at": last.process_started_at,
-            "age_s": _round(age, 2),
-            "window_s": _round(covered, 3),
-            "dropped": state.missed + last.dropped,
-            "probe_cpu_fraction": _round(last.probe_cpu_fraction, 4),
-        }
-        fig["state"] = self._state(fig, state, live)
-        return fig
+            blocked_ms = round(last.blocked_ms + late * 1000.0, 1)
+        workers = self._workers(last, window)
+        config = last.config
+        return SourceFigures(
+            id=state.source,
+            host=last.host,
+            pid=last.pid,
+            rank=last.rank,
+            name=last.name,
+            state=self._state(state, live, blocked_ms, batches, wait_ns, covered, workers,
+                              diagnosis.stall_threshold_ms(wait_ms, state.batches_total)),
+            config=LoaderConfig(
+                num_workers=config.num_workers, batch_size=batch_size,
+                prefetch_factor=config.prefetch_factor, pin_memory=config.pin_memory,
+                persistent_workers=config.persistent_workers, dataset=config.dataset,
+                worker_context=config.worker_context),
+            batches=batches,
+            batches_total=state.batches_total,
+            batches_per_s=_round(rate),
+            samples_per_s=_round(rate * batch_size) if rate is not None and batch_size else None,
+            wait_ms=wait_ms,
+            step_ms=stats_ms(v for m in window for v in m.step_us),
+            wait_fraction=round(min(1.0, wait_ns / (covered * 1e9)), 3) if covered > 0 else None,
+            blocked_ms=blocked_ms,
+            queue=self._queue(last, window),
+            workers=workers,
+            loop=self._loop(last, window),
+            epoch=last.epoch,
+            command=last.command,
+            endpoint=state.endpoint,
+            started_at=last.process_started_at,
+            age_s=round(age, 2),
+            window_s=round(covered, 3),
+            dropped=state.missed + last.dropped,
+            probe_cpu_fraction=_round(last.probe_cpu_fraction, 4),
+        )
 
     @staticmethod
-    def _queue(last: wire.LoaderReport, window: list[wire.LoaderReport]) -> dict:
+    def _queue(last: wire.LoaderReport, window: list[wire.LoaderReport]) -> QueueFigures:
         samples = sum(m.queue.samples for m in window)
         waiting = sum(m.queue.waiting_samples for m in window)
         q = last.queue
-        return {
-            "ready": q.ready,
-            "in_flight": q.in_flight,
-            "capacity": q.capacity,
-            "ready_mean": _round(sum(m.queue.ready_sum for m in window) / samples, 2) if samples else None,
-            "in_flight_mean": _round(sum(m.queue.in_flight_sum for m in window) / samples, 2) if samples else None,
-            "ready_when_waiting": _round(sum(m.queue.waiting_ready_samples for m in window) / waiting, 3) if waiting else None,
-            "waiting_samples": waiting,
-            "loop_cpu_when_waiting": _ratio(sum(m.queue.waiting_cpu_ns for m in window),
-                                            sum(m.queue.waiting_wall_ns for m in window),
-                                            min_denominator=LOOP_CPU_MIN_WALL_NS),
-        }
+        return QueueFigures(
+            ready=q.ready,
+            in_flight=q.in_flight,
+            capacity=q.capacity,
+            ready_mean=round(sum(m.queue.ready_sum for m in window) / samples, 2) if samples else None,
+            in_flight_mean=(round(sum(m.queue.in_flight_sum for m in window) / samples, 2)
+                            if samples else None),
+            ready_when_waiting=(round(sum(m.queue.waiting_ready_samples for m in window) / waiting, 3)
+                                if waiting else None),
+            waiting_samples=waiting,
+            loop_cpu_when_waiting=_ratio(sum(m.queue.waiting_cpu_ns for m in window),
+                                         sum(m.queue.waiting_wall_ns for m in window),
+                                         min_denominator=LOOP_CPU_MIN_WALL_NS),
+        )
 
     @staticmethod
-    def _workers(last: wire.LoaderReport, window: list[wire.LoaderReport]) -> list[dict]:
+    def _workers(last: wire.LoaderReport,
+                 window: list[wire.LoaderReport]) -> tuple[WorkerFigures, ...]:
         out = []
         for w in last.workers:
             fetch_us: list[int] = []
@@ -226,100 +310,56 @@ class Model:
                         batches += mw.batches
                         wall += mw.fetch_wall_ns
                         cpu += mw.fetch_cpu_ns
-            out.append({
-                "id": w.id,
-                "pid": w.pid,
-                "alive": w.alive,
-                "exitcode": w.exitcode,
-                "cpu_percent": _round(w.cpu_percent, 1),
-                "rss_bytes": w.rss_bytes,
-                "batches": batches,
-                "fetch_ms": stats_ms(fetch_us),
-                "cpu_fraction": _ratio(cpu, wall),
-            })
-        return out
+            out.append(WorkerFigures(
+                id=w.id, pid=w.pid, alive=w.alive, exitcode=w.exitcode,
+                cpu_percent=_round(w.cpu_percent, 1), rss_bytes=w.rss_bytes, batches=batches,
+                fetch_ms=stats_ms(fetch_us), cpu_fraction=_ratio(cpu, wall)))
+        return tuple(out)
 
     @staticmethod
-    def _loop(last: wire.LoaderReport, window: list[wire.LoaderReport]) -> dict:
+    def _loop(last: wire.LoaderReport, window: list[wire.LoaderReport]) -> LoopFigures:
         if last.config.num_workers != 0:
-            return {"fetch_ms": None, "cpu_fraction": None}
+            return LoopFigures(fetch_ms=None, cpu_fraction=None)
         # With num_workers=0 the loop's wait in next() *is* the fetch; its CPU share is sampled.
-        fetch = [v for m in window for v in m.wait_us]
         wall = sum(m.loop_fetch_wall_ns for m in window)
         cpu = sum(m.loop_fetch_cpu_ns for m in window)
-        return {"fetch_ms": stats_ms(fetch), "cpu_fraction": _ratio(cpu, wall)}
+        return LoopFigures(fetch_ms=stats_ms(v for m in window for v in m.wait_us),
+                           cpu_fraction=_ratio(cpu, wall))
 
     @staticmethod
-    def _state(fig: dict, state: SourceState, live: bool) -> str:
+    def _state(state: SourceState, live: bool, blocked_ms: float | None, batches: int,
+               wait_ns: int, covered: float, workers: Sequence[WorkerFigures],
+               stall_ms: float) -> State:
         if state.finished_at is not None:
             return "finished"
         if not live:
             return "gone"
-        blocked = fig["blocked_ms"]
-        if blocked is not None and blocked >= diagnosis.stall_threshold_ms(fig):
+        if blocked_ms is not None and blocked_ms >= stall_ms:
             return "stalled"
-        if any(w["alive"] is False and w["exitcode"] not in (0, None) for w in fig["workers"]):
+        if any(w.alive is False and w.exitcode not in (0, None) for w in workers):
             return "stalled"
-        if fig["batches"] == 0 and blocked is None:
+        if batches == 0 and blocked_ms is None:
             return "idle"
-        if (fig["wait_fraction"] or 0) >= WAITING_FRACTION or (blocked or 0) >= WAITING_BLOCKED_MS:
+        wait_fraction = min(1.0, wait_ns / (covered * 1e9)) if covered > 0 else 0.0
+        if wait_fraction >= WAITING_FRACTION or (blocked_ms or 0.0) >= WAITING_BLOCKED_MS:
             return "waiting"
         return "running"
 
-    def system_figures(self, host: str | None, now: float) -> dict | None:
+    def system_figures(self, host: str | None, now: float) -> SystemFigures | None:
+        """The latest figures of `host`'s machine (else of the freshest machine), None when
+        nothing recent arrived."""
         entry = self.systems.get(host) if host is not None else None
         if entry is None and self.systems:
-            entry = max(self.systems.values(), key=lambda e: e[0])
-        if entry is None or now - entry[0] > SYSTEM_STALE_S:
+            entry = max(self.systems.values(), key=lambda e: e.received)
+        if entry is None or now - entry.received > SYSTEM_STALE_S:
             return None
-        received, msg = entry
-        import msgspec
-
-        doc = msgspec.to_builtins(msg)
-        doc.pop("type", None)
-        doc.pop("seq", None)
-        doc["age_s"] = _round(now - received, 2)
-        return doc
-
-    # ------------------------------------------------------------ the document
-    def document(self, now: float | None = None, window_s: float = 3.0) -> dict:
-        now = time.time() if now is None else now
-        self.forget_old(now)
-        sources = []
-        verdicts = []
-        for sid in sorted(self.sources, key=lambda s: _sort_key(self.sources[s])):
-            state = self.sources[sid]
-            if state.last is None:
-                continue
-            fig = self.source_figures(state, now, window_s)
-            system = self.system_figures(fig["host"], now)
-            verdict = diagnosis.diagnose(fig, system, self.stabilizer.shown_category(sid))
-            fig["diagnosis"] = self.stabilizer.update(sid, verdict, now)
-            verdicts.append((sid, fig["diagnosis"]))
-            sources.append(fig)
-        hosts = [s["host"] for s in sources if s["state"] not in ("gone", "finished")]
-        system = self.system_figures(hosts[0] if hosts else None, now)
-        last_data = max(self.endpoints.values(), default=None, key=lambda t: t or 0)
-        return {
-            "schema": SNAPSHOT_SCHEMA,
-            "taken_at": round(now, 3),
-            "window_s": window_s,
-            "sources": sources,
-            "system": system,
-            "diagnosis": diagnosis.overall(verdicts, system),
-            "ranks": ranks.overview(sources),  # the straggler among ranks (viewer/ranks.py)
-            "viewer": {
-                "endpoints": sorted(self.endpoints),
-                "connected": last_data is not None and now - last_data <= GONE_AFTER_S,
-                "received": self.received,
-                "bad_messages": sum(v for k, v in self.rejected.items() if k != "wrong_version"),
-                "wrong_version": self.rejected.get("wrong_version", 0),
-                "discovery_dir": self.discovery_dir,
-            },
-        }
+        return msgspec.structs.replace(entry.figures, age_s=round(now - entry.received, 2))
 
 
-def _sort_key(state: SourceState):
-    last = state.last
-    return (last.rank if last and last.rank is not None else -1, last.host if last else "",
-            last.pid if last else 0, state.first_received)
+def system_figures_of(report: wire.SystemReport) -> SystemFigures:
+    """A machine report as document figures, validated against the document's ranges (the wire
+    checks types and sizes; a percentage above 100 is caught here). The wire's fields carry over
+    by name, GPUs and cgroup included; `seq` is the wire's own and stays behind."""
+    fields = msgspec.structs.asdict(report)
+    fields["age_s"] = 0.0
+    return msgspec.convert(fields, SystemFigures, from_attributes=True)

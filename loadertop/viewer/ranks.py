@@ -7,12 +7,15 @@ counts as their step, not their wait. So among the ranks of one loader name, the
 fraction stands out above the others' median is the straggler.
 
 Pure functions over the snapshot document's sources (no I/O): the model adds
-`overview(sources)` to the document as `doc["ranks"]`.
+`overview(sources)` to the document as `doc.ranks`.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from statistics import median
+
+from loadertop.document import RankFigures, RankGroup, Ranks, SourceFigures
 
 # A rank is the straggler when its wait fraction is at least this much above its group's median
 # (absolute) ...
@@ -23,48 +26,49 @@ STRAGGLER_MIN_RATIO = 1.5
 LIVE_STATES = ("running", "waiting", "stalled", "idle")
 
 
-def _groups(sources: list[dict]) -> dict[str, list[dict]]:
+def _wait(src: SourceFigures) -> float:
+    assert src.wait_fraction is not None  # _groups keeps only sources that have one
+    return src.wait_fraction
+
+
+def _groups(sources: Sequence[SourceFigures]) -> dict[str, list[SourceFigures]]:
     """Live ranked sources with a known wait fraction, by loader name (one entry per rank)."""
-    groups: dict[str, dict[int, dict]] = {}
+    groups: dict[str, dict[int, SourceFigures]] = {}
     for src in sources:
-        if src.get("rank") is None or src.get("state") not in LIVE_STATES:
+        if src.rank is None or src.state not in LIVE_STATES or src.wait_fraction is None:
             continue
-        if src.get("wait_fraction") is None:
-            continue
-        by_rank = groups.setdefault(src["name"], {})
+        by_rank = groups.setdefault(src.name, {})
         # Two live sources claiming one rank (a restart): keep the fresher report.
-        prev = by_rank.get(src["rank"])
-        if prev is None or (src.get("age_s") or 0) < (prev.get("age_s") or 0):
-            by_rank[src["rank"]] = src
-    return {name: sorted(r.values(), key=lambda s: s["rank"])
+        prev = by_rank.get(src.rank)
+        if prev is None or src.age_s < prev.age_s:
+            by_rank[src.rank] = src
+    return {name: sorted(r.values(), key=lambda s: s.rank or 0)
             for name, r in groups.items() if len(r) >= 2}
 
 
-def straggler(sources: list[dict]) -> str | None:
+def straggler(sources: Sequence[SourceFigures]) -> str | None:
     """The id of the source whose wait holds the other ranks back, or None."""
-    best = None  # (gap, id)
+    best: tuple[float, str] | None = None
     for members in _groups(sources).values():
-        fractions = [s["wait_fraction"] for s in members]
-        mid = median(fractions)
-        top = max(members, key=lambda s: s["wait_fraction"])
-        gap = top["wait_fraction"] - mid
-        if gap >= STRAGGLER_MIN_GAP and top["wait_fraction"] >= STRAGGLER_MIN_RATIO * mid:
+        mid = median(_wait(s) for s in members)
+        top = max(members, key=_wait)
+        gap = _wait(top) - mid
+        if gap >= STRAGGLER_MIN_GAP and _wait(top) >= STRAGGLER_MIN_RATIO * mid:
             if best is None or gap > best[0]:
-                best = (gap, top["id"])
+                best = (gap, top.id)
     return best[1] if best else None
 
 
-def overview(sources: list[dict]) -> dict:
-    """`doc["ranks"]`: the straggler and, per loader name with two or more ranks, each rank's
+def overview(sources: Sequence[SourceFigures]) -> Ranks:
+    """`doc.ranks`: the straggler and, per loader name with two or more ranks, each rank's
     wait fraction and rate next to the group's median."""
     groups = []
     for name, members in sorted(_groups(sources).items()):
-        groups.append({
-            "name": name,
-            "median_wait_fraction": round(median(s["wait_fraction"] for s in members), 3),
-            "ranks": [{"rank": s["rank"], "id": s["id"], "wait_fraction": s["wait_fraction"],
-                       "batches_per_s": s.get("batches_per_s")} for s in members],
-        })
+        groups.append(RankGroup(
+            name=name,
+            median_wait_fraction=round(median(_wait(s) for s in members), 3),
+            ranks=tuple(RankFigures(rank=s.rank or 0, id=s.id, wait_fraction=_wait(s),
+                                    batches_per_s=s.batches_per_s) for s in members)))
     found = straggler(sources)
-    rank = next((s["rank"] for s in sources if s["id"] == found), None) if found else None
-    return {"straggler": found, "straggler_rank": rank, "groups": groups}
+    rank = next((s.rank for s in sources if s.id == found), None) if found else None
+    return Ranks(straggler=found, straggler_rank=rank, groups=tuple(groups))

@@ -6,55 +6,19 @@ never blocks longer than asked, so a timer in the TUI or a loop in `snapshot` ca
 
 from __future__ import annotations
 
-import os
-import re
 import time
 from pathlib import Path
 
 import zmq
 
 from loadertop import discovery, wire
+from loadertop.document import Document
+from loadertop.endpoints import is_ipv6
 from loadertop.viewer.model import Model
 
 RCVHWM = 10000
 RESCAN_S = 1.0  # how often the discovery directory is looked at for new processes
 MAX_FRAMES_PER_POLL = 5000  # bound one poll's work so the UI stays responsive under a flood
-_ENDPOINT_RE = re.compile(r"^(tcp://[^\s/]+:(\d+|\*)|ipc://.+|inproc://.+)$")
-
-
-class EndpointError(ValueError):
-    """A user-given endpoint that cannot be used; the message says why and what would work."""
-
-
-def resolve_endpoint(text: str, directory: Path | None = None) -> str:
-    """Accept tcp://HOST:PORT, ipc://PATH, HOST:PORT, a socket or discovery-file path, or a pid."""
-    directory = directory or discovery.discovery_dir()
-    text = text.strip()
-    if text.isdigit():
-        entry = discovery.read_entry(discovery.entry_path(directory, int(text)))
-        if entry is None:
-            raise EndpointError(f"no instrumented process with pid {text} in {directory}")
-        return entry.endpoint
-    if text.endswith(".json") and os.path.exists(text):
-        entry = discovery.read_entry(Path(text))
-        if entry is None:
-            raise EndpointError(f"{text} is not a loadertop discovery file")
-        return entry.endpoint
-    if "://" not in text:
-        if os.path.exists(text):
-            return f"ipc://{os.path.abspath(text)}"
-        if re.match(r"^[\w.\-\[\]:]+:\d+$", text):
-            return f"tcp://{text}"
-        raise EndpointError(
-            f"not an endpoint: {text!r} (expected tcp://HOST:PORT, HOST:PORT, ipc://PATH or a pid)")
-    if not _ENDPOINT_RE.match(text):
-        raise EndpointError(
-            f"not an endpoint: {text!r} (expected tcp://HOST:PORT, ipc://PATH or a pid)")
-    if text.startswith("ipc://") and not text.startswith("ipc://@"):
-        path = text[len("ipc://"):]
-        if not os.path.exists(path):
-            raise EndpointError(f"no such socket: {path} (is the training process running?)")
-    return text
 
 
 class Subscriber:
@@ -83,6 +47,8 @@ class Subscriber:
         sock = self.ctx.socket(zmq.SUB)
         sock.setsockopt(zmq.RCVHWM, RCVHWM)
         sock.setsockopt(zmq.LINGER, 0)
+        if is_ipv6(endpoint):  # ZeroMQ connects to an IPv6 address only with this option
+            sock.setsockopt(zmq.IPV6, 1)
         for option, value in self.curve.items():
             sock.setsockopt(option, value)
         sock.setsockopt(zmq.SUBSCRIBE, wire.TOPIC)  # all versions: a foreign one is counted
@@ -145,19 +111,17 @@ class Subscriber:
 
 
 class NetworkFeed:
-    """The TUI's feed: a Subscriber and a Model behind the `Feed` protocol of the app."""
+    """The TUI's feed: a Subscriber and its Model behind the app's `Feed` protocol."""
 
-    def __init__(self, subscriber: Subscriber, *, window_s: float = 3.0, clock=time.time) -> None:
+    def __init__(self, subscriber: Subscriber) -> None:
         self.subscriber = subscriber
         self.model = subscriber.model
-        self.window_s = window_s
-        self.clock = clock
 
     def poll(self) -> None:
         self.subscriber.poll(0)
 
-    def document(self) -> dict:
-        return self.model.document(self.clock(), self.window_s)
+    def advance(self, now: float) -> Document:
+        return self.model.advance(now)
 
     def close(self) -> None:
         self.subscriber.close()

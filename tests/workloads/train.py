@@ -4,7 +4,8 @@
         --step-ms 10 --duration 8 --status /tmp/ltX/status.json --piddir /tmp/ltX/pids
 
 It iterates an instrumented DataLoader over `lt_data.WorkloadDataset` and tells the test what it
-knows, in `--status` (a JSON file replaced atomically every 50 ms and at every change of phase): its pid, batches received so far, when the last one arrived, the phase (`starting`,
+knows, in `--status` (a JSON file replaced atomically every 50 ms and at every change of phase):
+its pid, batches received so far, when the last one arrived, the phase (`starting`,
 `running`, `error`, `done`), the error text when the loop raised. Worker pids are written by the
 dataset itself into `--piddir` as `<worker id>.<pid>`.
 
@@ -29,11 +30,11 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-import torch  # noqa: E402
-from torch.utils.data import DataLoader  # noqa: E402
+import torch
+from lt_data import WorkloadDataset, burn_cpu
+from torch.utils.data import DataLoader
 
-import loadertop  # noqa: E402
-from lt_data import WorkloadDataset, burn_cpu  # noqa: E402
+import loadertop
 
 
 def parse(argv=None):

@@ -13,6 +13,10 @@ import sys
 
 
 def _loadertop_run_hook():
+    # The names are literals (the same as loadertop.environment's, which a unit test checks), not
+    # imported: this file runs at the start of every Python below `loadertop run` — other
+    # virtualenvs, system tools — which may not have loadertop at all, and which should pay for no
+    # import unless LOADERTOP_RUN says this job is being instrumented.
     if os.environ.get("LOADERTOP_RUN") != "1":
         return
     try:

@@ -1,0 +1,264 @@
+"""The snapshot document (CONTRACT §3), as typed, immutable msgspec Structs.
+
+One type per object of the document. The viewer model builds them, `diagnosis` reads them and
+returns a `Verdict`, and every view reads them: the TUI, the text report, `snapshot --json` (one
+`msgspec.json.encode`). Decoding a document with `msgspec.json.decode(raw, type=Document)`
+validates it: the field types carry the contract's ranges (fractions in 0..1, counts >= 0), and a
+field's definition order is its key order in the JSON.
+
+A figure that cannot be known is None (JSON null), never a made-up 0. A `Stats` object is either
+present with all five figures, or the whole figure is None.
+
+Schema `loadertop.snapshot/1` grows only by adding keys (CONTRACT §5's `stages` and `findings` are
+the next): a new field gets a new Struct here and one line in `SourceFigures` or `Document`.
+Readers of an older document ignore keys they do not know.
+
+This module is shared by both sides of the project and imports nothing but msgspec: no torch,
+textual or zmq.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Final, Literal, get_args
+
+import msgspec
+from msgspec import Meta
+
+SNAPSHOT_SCHEMA: Final = "loadertop.snapshot/1"
+
+#: The source states of CONTRACT §3 (their rules: `viewer.model`).
+State = Literal["running", "waiting", "stalled", "idle", "finished", "gone"]
+STATES: tuple[State, ...] = get_args(State)
+
+#: The diagnosis categories of CONTRACT §4. `loadertop.diagnosis` names each one as a constant
+#: (a test checks the two sets are the same).
+Category = Literal["idle", "insufficient_data", "compute_bound", "input_bound_io",
+                   "input_bound_cpu", "cpu_saturated", "main_process_bound", "memory_pressure",
+                   "stalled"]
+
+Count = Annotated[int, Meta(ge=0)]
+Fraction = Annotated[float, Meta(ge=0, le=1)]
+NonNegative = Annotated[float, Meta(ge=0)]
+Percent = Annotated[float, Meta(ge=0, le=100)]
+Milliseconds = Annotated[float, Meta(ge=0)]
+
+
+class _Figures(msgspec.Struct, frozen=True, kw_only=True, gc=False):
+    """Base of every document object: immutable, built by keyword, and — holding no reference
+    cycles — kept out of the garbage collector's way (`gc=False`): a viewer builds thousands a
+    minute. (msgspec passes this configuration on to subclasses; they repeat `frozen=True` for
+    type checkers, which do not know that.)"""
+
+
+class Stats(_Figures, frozen=True):
+    """A distribution over the window, in milliseconds."""
+
+    mean: Milliseconds
+    p50: Milliseconds
+    p95: Milliseconds
+    p99: Milliseconds
+    max: Milliseconds
+
+
+class LoaderConfig(_Figures, frozen=True):
+    num_workers: Count
+    batch_size: Count | None
+    prefetch_factor: Count | None  # None with num_workers=0
+    pin_memory: bool
+    persistent_workers: bool
+    dataset: str  # the dataset's class name
+    worker_context: str | None  # fork / spawn / forkserver; None with num_workers=0
+
+
+class QueueFigures(_Figures, frozen=True):
+    ready: Count | None  # the latest sample; None when torch's internals could not be read
+    in_flight: Count | None
+    capacity: Count | None  # num_workers * prefetch_factor (0 with num_workers=0)
+    ready_mean: NonNegative | None
+    in_flight_mean: NonNegative | None
+    # Of the samples taken while the loop was blocked in next(), the share that found another
+    # batch ready; `waiting_samples` is how many such samples there were.
+    ready_when_waiting: Fraction | None
+    waiting_samples: Count
+    # The loop thread's CPU share inside long next() calls (None before 100 ms of them).
+    loop_cpu_when_waiting: Fraction | None
+
+
+class WorkerFigures(_Figures, frozen=True):
+    id: Count
+    pid: Count | None
+    alive: bool | None
+    exitcode: int | None  # negative: killed by that signal
+    cpu_percent: NonNegative | None  # of one core; above 100 with threads
+    rss_bytes: Count | None
+    batches: Count
+    fetch_ms: Stats | None
+    cpu_fraction: Fraction | None  # CPU time / wall time while producing batches
+
+
+class LoopFigures(_Figures, frozen=True):
+    """num_workers=0: the main process fetches each batch itself (None with workers)."""
+
+    fetch_ms: Stats | None
+    cpu_fraction: Fraction | None
+
+
+class Verdict(_Figures, frozen=True):
+    """One source's diagnosis (CONTRACT §4): what limits it, the figures that decided, what to do."""
+
+    category: Category
+    summary: str
+    evidence: tuple[str, ...]
+    advice: tuple[str, ...]
+
+
+class OverallVerdict(_Figures, frozen=True):
+    """The document's top-level diagnosis: the most urgent source's verdict (`source` its id),
+    or one about the machine as a whole (`source` None)."""
+
+    category: Category
+    source: str | None
+    summary: str
+    evidence: tuple[str, ...]
+    advice: tuple[str, ...]
+
+
+class SourceFigures(_Figures, frozen=True):
+    """What is measured of one DataLoader over the window: the input of `diagnosis.diagnose`."""
+
+    id: str  # host:pid:name
+    host: str
+    pid: Count
+    rank: Count | None
+    name: str
+    state: State
+    config: LoaderConfig
+    batches: Count  # in the window
+    batches_total: Count
+    batches_per_s: NonNegative | None
+    samples_per_s: NonNegative | None
+    wait_ms: Stats | None  # the loop blocked in next(), per batch
+    step_ms: Stats | None  # the loop's own time between batches
+    wait_fraction: Fraction | None
+    blocked_ms: NonNegative | None  # inside next() right now, for this long
+    queue: QueueFigures
+    workers: tuple[WorkerFigures, ...]
+    loop: LoopFigures
+    epoch: Count
+    command: str
+    endpoint: str | None
+    started_at: NonNegative  # the process's start (Unix time)
+    age_s: NonNegative  # since the source's last report
+    window_s: NonNegative  # the time the window's reports cover
+    dropped: Count  # reports lost on the way plus samples the probe dropped
+    probe_cpu_fraction: NonNegative | None  # the shim's background thread, in cores
+
+
+class Source(SourceFigures, frozen=True):
+    """A `sources[]` entry: the figures and their verdict."""
+
+    diagnosis: Verdict
+
+
+class GpuProcess(_Figures, frozen=True):
+    pid: Count
+    used_mem_bytes: Count | None
+
+
+class GpuFigures(_Figures, frozen=True):
+    index: Count
+    name: str
+    uuid: str | None
+    util_percent: Percent | None
+    mem_util_percent: Percent | None
+    mem_used_bytes: Count | None
+    mem_total_bytes: Count | None
+    temperature_c: float | None
+    power_w: NonNegative | None
+    power_limit_w: NonNegative | None
+    processes: tuple[GpuProcess, ...]
+
+
+class CgroupFigures(_Figures, frozen=True):
+    version: int | None
+    cpu_quota_cores: NonNegative | None
+    mem_limit_bytes: Count | None
+    mem_used_bytes: Count | None
+
+
+class SystemFigures(_Figures, frozen=True):
+    """The trainer's machine, as sampled on the trainer's side (cgroup-aware)."""
+
+    host: str
+    sent_at: NonNegative  # when the trainer sampled it (Unix time)
+    cpu_count: Count
+    cores_available: NonNegative | None  # cgroup quota and affinity applied
+    cpu_percent: Percent | None
+    per_cpu_percent: tuple[Percent, ...] | None
+    iowait_percent: Percent | None
+    load_avg_1m: NonNegative | None
+    mem_total_bytes: Count | None
+    mem_available_bytes: Count | None
+    mem_used_percent: Percent | None
+    swap_total_bytes: Count | None
+    swap_used_bytes: Count | None
+    swap_in_bytes_per_s: NonNegative | None
+    swap_out_bytes_per_s: NonNegative | None
+    disk_read_bytes_per_s: NonNegative | None
+    disk_write_bytes_per_s: NonNegative | None
+    cgroup: CgroupFigures | None
+    gpu_status: str  # "ok" | "no_nvml" | "no_gpu" | "error: …"
+    gpus: tuple[GpuFigures, ...]
+    age_s: NonNegative  # since the viewer received it
+
+
+class RankFigures(_Figures, frozen=True):
+    rank: Count
+    id: str
+    wait_fraction: Fraction
+    batches_per_s: NonNegative | None
+
+
+class RankGroup(_Figures, frozen=True):
+    """The ranks of one loader name (a distributed run), beside their median wait fraction."""
+
+    name: str
+    median_wait_fraction: Fraction
+    ranks: tuple[RankFigures, ...]
+
+
+class Ranks(_Figures, frozen=True):
+    straggler: str | None  # the source whose waiting holds the other ranks back
+    straggler_rank: Count | None
+    groups: tuple[RankGroup, ...]
+
+
+class ViewerStatus(_Figures, frozen=True):
+    endpoints: tuple[str, ...]
+    connected: bool  # an endpoint delivered within the last few seconds
+    received: Count
+    bad_messages: Count  # malformed, foreign or too large: counted and dropped
+    wrong_version: Count  # frames of another schema version
+    discovery_dir: str | None
+
+
+class Document(_Figures, frozen=True):
+    schema: Literal["loadertop.snapshot/1"]
+    taken_at: NonNegative
+    window_s: NonNegative
+    sources: tuple[Source, ...]
+    system: SystemFigures | None
+    diagnosis: OverallVerdict
+    ranks: Ranks
+    viewer: ViewerStatus
+
+
+def encode_json(document: Document, *, indent: int = 2) -> bytes:
+    """The document as `snapshot --json` prints it (NaN, should one slip in, becomes null)."""
+    raw = msgspec.json.encode(document)
+    return msgspec.json.format(raw, indent=indent) if indent else raw
+
+
+def decode_json(raw: bytes | str) -> Document:
+    """Parse and validate a document; raises `msgspec.ValidationError` / `DecodeError`."""
+    return msgspec.json.decode(raw, type=Document)

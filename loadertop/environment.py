@@ -1,0 +1,74 @@
+"""Every environment variable loadertop reads or sets, and the rules for reading them.
+
+Imported inside training (the probe, `loadertop run`'s start-up hook) and by the viewer: stdlib
+only, and nothing but `os`. The README's "Environment" list documents the same names.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+
+# ---- read by the training process (documented for users, CONTRACT §1)
+LOADERTOP_DISABLE = "LOADERTOP_DISABLE"  # set (not "0"): instrument() returns the loader untouched
+LOADERTOP_DIR = "LOADERTOP_DIR"  # the discovery directory (see loadertop.discovery)
+LOADERTOP_ENDPOINT = "LOADERTOP_ENDPOINT"  # where the publisher listens instead of its ipc socket
+LOADERTOP_CURVE_SECRET = "LOADERTOP_CURVE_SECRET"  # the trainer's CurveZMQ secret key file
+LOADERTOP_AUTHORIZED_KEYS = "LOADERTOP_AUTHORIZED_KEYS"  # directory of the viewers' public keys
+
+# ---- set by `loadertop run` for the programs below it (internal)
+LOADERTOP_RUN = "LOADERTOP_RUN"  # "1": the start-up hook instruments DataLoaders
+LOADERTOP_RUN_WARNED = "LOADERTOP_RUN_WARNED"  # the "cannot import loadertop" line was printed
+LOADERTOP_RUN_PORT_BASE = "LOADERTOP_RUN_PORT_BASE"  # --listen before the per-rank port offset
+
+# ---- other programs' conventions that loadertop follows
+NO_COLOR = "NO_COLOR"  # https://no-color.org
+RANK = "RANK"  # torchrun: the global rank
+LOCAL_RANK = "LOCAL_RANK"  # torchrun: the rank on this machine
+SLURM_PROCID = "SLURM_PROCID"  # SLURM: the task's rank
+RANK_VARIABLES = (RANK, LOCAL_RANK, SLURM_PROCID)  # a source's rank: the first one set
+
+LOADERTOP_VARIABLES = (LOADERTOP_DISABLE, LOADERTOP_DIR, LOADERTOP_ENDPOINT, LOADERTOP_CURVE_SECRET,
+                       LOADERTOP_AUTHORIZED_KEYS, LOADERTOP_RUN, LOADERTOP_RUN_WARNED,
+                       LOADERTOP_RUN_PORT_BASE)
+
+
+def disabled(environ: Mapping[str, str] = os.environ) -> bool:
+    """LOADERTOP_DISABLE is set to anything but "" or "0"."""
+    return environ.get(LOADERTOP_DISABLE, "") not in ("", "0")
+
+
+def endpoint(environ: Mapping[str, str] = os.environ) -> str | None:
+    """LOADERTOP_ENDPOINT as given (None when unset or empty); loadertop.endpoints parses it."""
+    return environ.get(LOADERTOP_ENDPOINT) or None
+
+
+def run_hook_enabled(environ: Mapping[str, str] = os.environ) -> bool:
+    """True inside a program started by `loadertop run` (it sets LOADERTOP_RUN=1)."""
+    return environ.get(LOADERTOP_RUN) == "1"
+
+
+def no_color(flag: bool = False, environ: Mapping[str, str] = os.environ) -> bool:
+    """Colours off: `--no-color` given, or NO_COLOR present. Present counts even when empty,
+    because Textual 8.2.8 (App.__init__) turns the screen monochrome on presence alone: deciding
+    otherwise here would be contradicted on screen."""
+    return flag or NO_COLOR in environ
+
+
+def _index(value: str | None) -> int | None:
+    return int(value) if value is not None and value.isascii() and value.isdigit() else None
+
+
+def rank(environ: Mapping[str, str] = os.environ) -> int | None:
+    """This process's rank: RANK (torchrun), else LOCAL_RANK, else SLURM_PROCID; None if none
+    holds a non-negative integer."""
+    for name in RANK_VARIABLES:
+        value = _index(environ.get(name))
+        if value is not None:
+            return value
+    return None
+
+
+def local_rank(environ: Mapping[str, str] = os.environ) -> int | None:
+    """LOCAL_RANK (torchrun's rank on this machine), None when unset or not an integer."""
+    return _index(environ.get(LOCAL_RANK))

@@ -1,0 +1,50 @@
+"""The help screen (`?`): the keys, what the figures mean with the thresholds the diagnosis uses,
+and the categories in their colours — all said from the constants (`theme`), never typed twice."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.screen import ModalScreen
+from textual.widgets import Static
+
+from loadertop.viewer.widgets.theme import categories_help, reading_the_screen
+
+HELP_TEXT = """\
+[b]loadertop[/b] — top for PyTorch DataLoaders
+
+[b]Keys[/b]
+  q, Esc        quit (Esc/q/? close this help)
+  ?             this help
+  space         pause: stop showing new data (the clock keeps ticking)
+  + / -         refresh slower / faster ({steps} s)
+  tab, ]        next source        shift+tab, \\[   previous source
+  o             overview: all sources (ranks, train/val) in one table
+  c m f i       sort workers by CPU %, RSS, fetch p95, id (again: reverse)
+
+[b]Reading the screen[/b]
+{reading}
+
+[b]Diagnoses[/b] (most urgent first)
+{categories}
+"""
+
+
+def help_text(refresh_steps: Sequence[float]) -> str:
+    """The help as Textual markup (square brackets in the figures' text are escaped)."""
+    reading = reading_the_screen().replace("[", "\\[")
+    return HELP_TEXT.format(steps="/".join(f"{s:g}" for s in refresh_steps), reading=reading,
+                            categories=categories_help())
+
+
+class HelpScreen(ModalScreen[None]):
+    BINDINGS = [Binding("escape,q,question_mark", "app.pop_screen", "Close", show=True)]
+
+    def __init__(self, refresh_steps: Sequence[float]) -> None:
+        super().__init__()
+        self._text = help_text(refresh_steps)
+
+    def compose(self) -> ComposeResult:
+        yield Static(self._text, id="help")

@@ -1,0 +1,90 @@
+"""The workers table: one row per DataLoader worker of the selected source, sortable."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import NamedTuple
+
+from loadertop.document import Source, WorkerFigures
+from loadertop.viewer.units import MISSING, fmt_bytes, fmt_float, fmt_ms
+from loadertop.viewer.widgets.tables import Cell, Column, LineTable, Row, cell
+from loadertop.viewer.widgets.theme import BAD, DIM, OK
+
+
+def _none_low(value: float | None) -> tuple[int, float]:
+    return (0, 0.0) if value is None else (1, value)
+
+
+class WorkerSort(NamedTuple):
+    label: str
+    key: Callable[[WorkerFigures], tuple[int, float]]
+    descending: bool
+
+
+#: Sort keys (the app's c / m / f / i), on the figures, not on rendered cells.
+WORKER_SORTS: dict[str, WorkerSort] = {
+    "cpu": WorkerSort("CPU %", lambda w: _none_low(w.cpu_percent), True),
+    "mem": WorkerSort("RSS", lambda w: _none_low(w.rss_bytes), True),
+    "fetch": WorkerSort("fetch p95", lambda w: _none_low(None if w.fetch_ms is None else w.fetch_ms.p95),
+                        True),
+    "id": WorkerSort("id", lambda w: _none_low(w.id), False),
+}
+
+
+class WorkersTable(LineTable):
+    COLUMN_SETS = (
+        ("id", "pid", "state", "batches", "fetch50", "fetch95", "busy", "cpu", "rss"),
+        ("id", "pid", "state", "fetch50", "fetch95", "busy", "cpu", "rss"),
+        ("id", "state", "fetch95", "busy", "cpu", "rss"),
+    )
+    COLUMNS = {
+        "id": Column("id", "id"), "pid": Column("pid", "pid"), "state": Column("state", "state"),
+        "batches": Column("batches", "batches", "right"),
+        "fetch50": Column("fetch50", "fetch p50", "right"),
+        "fetch95": Column("fetch95", "fetch p95", "right"), "busy": Column("busy", "cpu_frac", "right"),
+        "cpu": Column("cpu", "CPU %", "right"), "rss": Column("rss", "RSS", "right"),
+    }
+    ROWS_NAME = "workers (sort: c m f i)"
+
+    def __init__(self, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.sort_by = "id"
+        self.reverse = False
+
+    def column_sets(self):
+        return self.COLUMN_SETS[-1:] if self.compact else self.COLUMN_SETS
+
+    def show(self, src: Source | None) -> None:
+        sort = WORKER_SORTS[self.sort_by]
+        descending = sort.descending != self.reverse
+        workers = sorted(src.workers if src is not None else (), key=sort.key, reverse=descending)
+        self.set_rows([Row(str(w.id), self._cells(w)) for w in workers])
+        dead = sum(1 for w in workers if w.alive is False)
+        title = f"Workers ({len(workers)}" + (f", [{BAD}]{dead} dead[/]" if dead else "") + ")"
+        if not workers and src is not None and src.config.num_workers == 0:
+            title = "Workers (none: num_workers=0)"
+        self.set_title(f"{title} · sort {sort.label} {'▼' if descending else '▲'}")
+
+    @staticmethod
+    def _cells(w: WorkerFigures) -> dict[str, Cell]:
+        if w.alive is False:
+            state = cell(f"dead, exit {MISSING if w.exitcode is None else w.exitcode}", f"bold {BAD}")
+        elif w.alive is None:
+            state = cell(MISSING, DIM)
+        else:
+            state = cell("alive", OK)
+        fetch = w.fetch_ms
+        cpu = w.cpu_percent
+        return {
+            "id": cell(str(w.id)),
+            "pid": cell(MISSING if w.pid is None else str(w.pid)),
+            "state": state,
+            "batches": cell(str(w.batches)),
+            "fetch50": cell(fmt_ms(None if fetch is None else fetch.p50)),
+            "fetch95": cell(fmt_ms(None if fetch is None else fetch.p95)),
+            "busy": cell(fmt_float(w.cpu_fraction)),
+            # Not coloured: a worker at 100 % is one that computes (cpu_frac says so), not a
+            # saturated machine; the machine's CPU panel shows that, in its bands.
+            "cpu": cell(MISSING if cpu is None else f"{cpu:.0f}"),
+            "rss": cell(fmt_bytes(w.rss_bytes)),
+        }

@@ -1,0 +1,678 @@
+"""Test doubles, kept outside the package: documents made by the real pipeline, a feed that plays
+them back, and a GPU reader for machines without NVML.
+
+Every document here comes from real `wire` messages — the LoaderReports, SystemReports and
+Goodbyes a probe sends — fed into the real `Model` and advanced at fixed times. So the figures are
+computed the way a viewer computes them and the verdict text is what `diagnose` really says; a
+change to either shows up in the snapshot tests. Nothing reads the wall clock or a random source:
+the same call gives the same document.
+
+    doc = io_bound_doc()                    # one Document
+    feed = FakeFeed(io_bound_history(48))   # a Feed for the TUI: one document per refresh tick
+
+The scenarios are built from `LoaderSim` (one instrumented DataLoader: its per-report figures)
+and `MachineSim` (the machine's 1 Hz samples), run together by `Scenario`.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import msgspec
+
+from loadertop import wire
+from loadertop.document import Document
+from loadertop.system.gpu import GPU_FIELDS
+from loadertop.viewer.model import Model
+
+#: The fixed "now" of every scenario (2025-11-29 17:23:20 UTC).
+T0 = 1764437000.0
+REPORT_S = 0.25  # the probe reports every 0.25 s ...
+MACHINE_S = 1.0  # ... and samples the machine once a second
+QUEUE_SAMPLES_PER_REPORT = 12  # the probe samples queue depth at ~50 Hz
+
+GIB = 1024**3
+MIB = 1024**2
+
+
+# --------------------------------------------------------------------------- the feed
+
+
+class FakeFeed:
+    """The app's Feed, playing documents: each `advance` returns the next, the last repeating.
+
+    `now` is ignored: the documents carry the times they were made at. `poll()` and `close()`
+    only count, so tests can check that the app drives the feed.
+    """
+
+    def __init__(self, documents: Document | Sequence[Document]) -> None:
+        if isinstance(documents, Document):
+            documents = [documents]
+        if not documents:
+            raise ValueError("FakeFeed needs at least one document")
+        self._documents = list(documents)
+        self._next = 0
+        self.polls = 0
+        self.advance_calls = 0
+        self.closed = False
+
+    def poll(self) -> None:
+        self.polls += 1
+
+    def advance(self, now: float) -> Document:
+        self.advance_calls += 1
+        doc = self._documents[min(self._next, len(self._documents) - 1)]
+        self._next += 1
+        return doc
+
+    def push(self, document: Document) -> None:
+        """Make `document` the next (and from then on repeating) document."""
+        self._documents = self._documents[: self._next] + [document]
+
+    def close(self) -> None:
+        self.closed = True
+
+
+# --------------------------------------------------------------------------- samples
+
+
+def spread(p50: float, p95: float, n: int, *, low: float | None = None,
+           high: float | None = None) -> list[float]:
+    """`n` values whose median is about `p50` and 95th percentile about `p95`: points of a
+    piecewise-linear quantile function through (0, low), (0.5, p50), (0.95, p95), (1, high)."""
+    if n <= 0:
+        return []
+    low = p50 * 0.8 if low is None else low
+    high = p95 * 1.15 if high is None else high
+    knots = ((0.0, low), (0.5, p50), (0.95, p95), (1.0, high))
+    out = []
+    for k in range(n):
+        q = k / (n - 1) if n > 1 else 0.5
+        for (q0, v0), (q1, v1) in zip(knots, knots[1:]):
+            if q <= q1:
+                out.append(v0 + (v1 - v0) * (q - q0) / (q1 - q0))
+                break
+    return out
+
+
+def _us(values_ms: Iterable[float]) -> list[int]:
+    return [max(0, round(v * 1000)) for v in values_ms]
+
+
+#: A fixed, irregular wobble (-1..1) for figures that drift from one report to the next.
+WOBBLE = (0.0, 0.35, -0.22, 0.55, 0.12, -0.3, 0.78, 0.08, -0.15, 0.45, 1.0, -0.08)
+
+
+def wobble(i: int) -> float:
+    return WOBBLE[i % len(WOBBLE)]
+
+
+# --------------------------------------------------------------------------- one loader
+
+
+@dataclass
+class WorkerSim:
+    """One DataLoader worker process."""
+
+    fetch_p50_ms: float = 90.0
+    fetch_p95_ms: float = 118.0
+    cpu_fraction: float = 0.93  # CPU time / wall time while producing a batch
+    cpu_percent: float | None = 94.0  # of one core
+    rss_bytes: int | None = 410 * MIB
+    alive: bool | None = True
+    exitcode: int | None = None
+
+
+@dataclass
+class LoaderSim:
+    """One instrumented DataLoader as its probe reports it every `REPORT_S` seconds.
+
+    The figures describe the loop's steady state: `batches_per_s`, the waits in next()
+    (`wait_p50_ms`/`wait_p95_ms`, their share of wall time `wait_fraction`), the step, the queue,
+    the workers. `blocked_ms` set: the loop is inside next() since that long (at `Scenario.end`)
+    and delivers nothing; `idle`: the loop does not iterate this loader now.
+    """
+
+    name: str = "train"
+    pid: int = 41234
+    host: str = "gpu-node-1"
+    rank: int | None = None
+    batch_size: int = 64
+    prefetch_factor: int = 2
+    pin_memory: bool = True
+    persistent_workers: bool = False
+    dataset: str = "ImageFolder"
+    worker_context: str = "fork"
+    command: str = "python train.py --config configs/resnet50.yaml"
+    started_at: float = T0 - 3725.0
+    batches_per_s: float = 41.6
+    wait_fraction: float = 0.012
+    wait_p50_ms: float = 0.08
+    wait_p95_ms: float = 0.9
+    step_p50_ms: float = 23.5
+    step_p95_ms: float = 25.1
+    ready: int | None = 7
+    in_flight: int | None = 1
+    ready_mean: float = 6.8
+    in_flight_mean: float = 1.2
+    ready_when_waiting: float = 0.1
+    loop_cpu_when_waiting: float | None = None
+    workers: list[WorkerSim] = field(default_factory=lambda: [
+        WorkerSim(fetch_p50_ms=90.0 + 2 * i, fetch_p95_ms=118.0 + 3 * i, cpu_percent=94.0 + i,
+                  rss_bytes=(400 + 12 * i) * MIB) for i in range(4)])
+    loop_fetch_cpu_fraction: float = 0.96  # num_workers=0: the main process fetches
+    worker_pid_base: int | None = None  # default pid + 10 (a second loader's workers: say so)
+    blocked_ms: float | None = None
+    idle: bool = False
+    batches_total: int = 5000  # delivered before the scenario starts
+    epoch: int = 3
+    probe_cpu_fraction: float = 0.004
+    wobble: float = 0.0  # how much the figures drift between reports (a share of each figure)
+    # --- state while a scenario runs
+    seq: int = 0
+    _carry: float = 0.0  # fractional batches owed to the next report
+    _dealt: int = 0  # batches handed to workers so far
+
+    @property
+    def source(self) -> str:
+        return f"{self.host}:{self.pid}:{self.name}"
+
+    @property
+    def endpoint(self) -> str:
+        return f"ipc:///run/user/1000/loadertop/{self.pid}.sock"
+
+    def worker_pid(self, worker_id: int) -> int:
+        base = self.pid + 10 if self.worker_pid_base is None else self.worker_pid_base
+        return base + worker_id
+
+    def config(self) -> wire.LoaderConfig:
+        n = len(self.workers)
+        return wire.LoaderConfig(
+            num_workers=n, batch_size=self.batch_size,
+            prefetch_factor=self.prefetch_factor if n else None, pin_memory=self.pin_memory,
+            persistent_workers=self.persistent_workers, dataset=self.dataset,
+            worker_context=self.worker_context if n else None)
+
+    def report(self, sent_at: float, end: float) -> wire.LoaderReport:
+        """The report the probe sends at `sent_at` for the `REPORT_S` before it."""
+        drift = 1.0 + self.wobble * wobble(self.seq)
+        n = len(self.workers)
+        blocked = None
+        if self.blocked_ms is not None:
+            blocked = max(0.0, self.blocked_ms - (end - sent_at) * 1000.0)
+        if self.idle or blocked is not None:
+            batches = 0
+        else:
+            owed = self.batches_per_s * REPORT_S + self._carry
+            batches = math.floor(owed)
+            self._carry = owed - batches
+        waits = _us(spread(self.wait_p50_ms * drift, self.wait_p95_ms * drift, batches))
+        steps = _us(spread(self.step_p50_ms, self.step_p95_ms, batches))
+        interval_ns = REPORT_S * 1e9
+        wait_ns = 0 if batches == 0 else round(self.wait_fraction * drift * interval_ns)
+        if blocked is not None:
+            wait_ns = round(interval_ns)
+        # The probe samples queue depth only while a loader with workers is being iterated.
+        samples = QUEUE_SAMPLES_PER_REPORT if n and not self.idle else 0
+        waiting = round(samples * min(1.0, wait_ns / interval_ns))
+        wait_wall = waiting * 20_000_000 if self.loop_cpu_when_waiting is not None else 0
+        queue = wire.QueueReport(
+            capacity=n * self.prefetch_factor, ready=self.ready if n and not self.idle else 0,
+            in_flight=self.in_flight if n and not self.idle else 0, samples=samples,
+            ready_sum=round(self.ready_mean * samples), in_flight_sum=round(self.in_flight_mean * samples),
+            waiting_samples=waiting, waiting_ready_samples=round(self.ready_when_waiting * waiting),
+            waiting_cpu_ns=round(wait_wall * (self.loop_cpu_when_waiting or 0.0)),
+            waiting_wall_ns=wait_wall)
+        workers = []
+        for wid, w in enumerate(self.workers):
+            # torch hands out batches round-robin: batch j of the run goes to worker j % n.
+            done = sum(1 for j in range(self._dealt, self._dealt + batches) if j % n == wid)
+            fetch = _us(spread(w.fetch_p50_ms * drift, w.fetch_p95_ms * drift, done))
+            wall = sum(fetch) * 1000
+            workers.append(wire.WorkerReport(
+                id=wid, pid=self.worker_pid(wid), alive=w.alive, exitcode=w.exitcode,
+                cpu_percent=None if w.cpu_percent is None else w.cpu_percent * drift,
+                rss_bytes=w.rss_bytes, batches=done if w.alive else 0,
+                fetch_us=fetch if w.alive else [], fetch_wall_ns=wall if w.alive else 0,
+                fetch_cpu_ns=round(wall * w.cpu_fraction) if w.alive else 0))
+        loop_wall = sum(waits) * 1000 if not n else 0
+        self._dealt += batches
+        self.batches_total += batches
+        msg = wire.LoaderReport(
+            source=self.source, seq=self.seq, host=self.host, pid=self.pid, name=self.name,
+            rank=self.rank, command=self.command, process_started_at=self.started_at,
+            sent_at=sent_at, interval_s=REPORT_S, config=self.config(), epoch=self.epoch,
+            batches=batches, batches_total=self.batches_total, wait_ns=wait_ns,
+            step_ns=sum(steps) * 1000, wait_us=waits, step_us=steps, blocked_ms=blocked,
+            queue=queue, workers=workers, loop_fetch_us=waits if not n else [],
+            loop_fetch_wall_ns=loop_wall, loop_fetch_cpu_ns=round(loop_wall * self.loop_fetch_cpu_fraction),
+            probe_cpu_fraction=self.probe_cpu_fraction)
+        self.seq += 1
+        return msg
+
+
+# --------------------------------------------------------------------------- the machine
+
+
+@dataclass
+class GpuSim:
+    util: float = 96.0
+    mem_used_bytes: int = round(61.2 * GIB)
+    mem_total_bytes: int = 80 * GIB
+    temperature_c: float = 71.0
+    power_w: float = 388.0
+    power_limit_w: float = 400.0
+    name: str = "NVIDIA A100-SXM4-80GB"
+    pids: tuple[int, ...] = (41234,)  # the processes using it (how a source finds its GPU)
+
+
+@dataclass
+class MachineSim:
+    """A machine as the probe samples it once a second (cgroup-aware figures)."""
+
+    host: str = "gpu-node-1"
+    cpu_count: int = 16
+    cpu_percent: float = 38.0
+    per_cpu: Sequence[float] | None = None  # default: a busy-idle pattern around cpu_percent
+    iowait_percent: float | None = 0.4
+    load_avg_1m: float | None = 6.1
+    mem_total_bytes: int = round(125.7 * GIB)
+    mem_available_bytes: int = round(88.4 * GIB)
+    swap_total_bytes: int = 8 * GIB
+    swap_used_bytes: int = 0
+    swap_in_bytes_per_s: float | None = 0.0
+    swap_out_bytes_per_s: float | None = 0.0
+    disk_read_bytes_per_s: float | None = 2.1 * MIB
+    disk_write_bytes_per_s: float | None = 0.3 * MIB
+    gpu_status: str = "ok"
+    gpus: list[GpuSim] = field(default_factory=lambda: [GpuSim()])
+    wobble: float = 0.0
+    seq: int = 0
+
+    def report(self, sent_at: float) -> wire.SystemReport:
+        drift = 1.0 + self.wobble * wobble(self.seq)
+        per_cpu = self.per_cpu
+        if per_cpu is None:
+            pattern = (97.0, 95.0, 93.0, 96.0, 12.0, 8.0, 31.0, 5.0)
+            per_cpu = [pattern[i % len(pattern)] for i in range(self.cpu_count)]
+
+        def pct(value: float | None) -> float | None:
+            return None if value is None else round(min(100.0, value * drift), 2)
+
+        msg = wire.SystemReport(
+            host=self.host, seq=self.seq, sent_at=sent_at, cpu_count=self.cpu_count,
+            cores_available=float(self.cpu_count), cpu_percent=pct(self.cpu_percent),
+            per_cpu_percent=[min(100.0, v) for v in per_cpu], iowait_percent=pct(self.iowait_percent),
+            load_avg_1m=self.load_avg_1m, mem_total_bytes=self.mem_total_bytes,
+            mem_available_bytes=self.mem_available_bytes,
+            mem_used_percent=round(100.0 * (1 - self.mem_available_bytes / self.mem_total_bytes), 1),
+            swap_total_bytes=self.swap_total_bytes, swap_used_bytes=self.swap_used_bytes,
+            swap_in_bytes_per_s=self.swap_in_bytes_per_s, swap_out_bytes_per_s=self.swap_out_bytes_per_s,
+            disk_read_bytes_per_s=None if self.disk_read_bytes_per_s is None
+            else self.disk_read_bytes_per_s * drift,
+            disk_write_bytes_per_s=self.disk_write_bytes_per_s,
+            cgroup=wire.CgroupReport(version=2),
+            gpu_status=self.gpu_status,
+            gpus=[wire.GpuReport(
+                index=i, name=g.name, uuid=f"GPU-0000000{i}-fake", util_percent=pct(g.util),
+                mem_util_percent=41.0, mem_used_bytes=g.mem_used_bytes,
+                mem_total_bytes=g.mem_total_bytes, temperature_c=g.temperature_c,
+                power_w=g.power_w, power_limit_w=g.power_limit_w,
+                processes=[wire.GpuProcess(pid=p, used_mem_bytes=g.mem_used_bytes) for p in g.pids])
+                for i, g in enumerate(self.gpus)] if self.gpu_status == "ok" else [])
+        self.seq += 1
+        return msg
+
+
+# --------------------------------------------------------------------------- running them
+
+
+@dataclass
+class Scenario:
+    """Loaders and machines reporting into one real Model, as a viewer would receive them."""
+
+    loaders: list[LoaderSim]
+    machines: list[MachineSim]
+    window_s: float = 3.0
+    model: Model = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.model = Model(window_s=self.window_s)
+
+    def run(self, start: float, end: float, *, silent: Sequence[LoaderSim] = (),
+            silent_since: float | None = None) -> None:
+        """Deliver every report sent in (start, end]. Loaders in `silent` (and their machine)
+        send nothing after `silent_since`: their process froze or was killed."""
+        ticks = round((end - start) / REPORT_S)
+        for k in range(1, ticks + 1):
+            t = start + k * REPORT_S
+            for loader in self.loaders:
+                if loader in silent and silent_since is not None and t > silent_since:
+                    continue
+                self.model.ingest(loader.report(t, end), t, loader.endpoint)
+            if k % round(MACHINE_S / REPORT_S) == 0:
+                for machine in self.machines:
+                    # Every instrumented process samples its machine; one that still reports is
+                    # enough (a machine with no live process on it reports nothing).
+                    gone = [s for s in silent if silent_since is not None and t > silent_since]
+                    senders = [s for s in self.loaders if s.host == machine.host and s not in gone]
+                    if senders or not any(s.host == machine.host for s in self.loaders):
+                        endpoint = senders[0].endpoint if senders else None
+                        self.model.ingest(machine.report(t), t, endpoint)
+
+    def document(self, now: float) -> Document:
+        return self.model.advance(now)
+
+
+def _documents(scenario: Scenario, times: Sequence[float], *, warmup_s: float = 4.0,
+               **run: Any) -> list[Document]:
+    """Run the scenario from `warmup_s` before the first time, advancing the model at each."""
+    docs = []
+    previous = times[0] - warmup_s
+    for t in times:
+        scenario.run(previous, t, **run)
+        docs.append(scenario.document(t))
+        previous = t
+    return docs
+
+
+def _one(loaders: list[LoaderSim], machines: list[MachineSim], **run: Any) -> Document:
+    return _documents(Scenario(loaders, machines), [T0], **run)[0]
+
+
+# --------------------------------------------------------------------------- the scenarios
+
+
+def healthy_doc() -> Document:
+    """One loader keeping up with a busy GPU: compute-bound (healthy)."""
+    return _one([LoaderSim()], [MachineSim()])
+
+
+def gpu_doc() -> Document:
+    """Like `healthy_doc`, on a machine with two GPUs (the job uses GPU 0)."""
+    gpus = [GpuSim(), GpuSim(util=93.0, temperature_c=68.0, power_w=371.0,
+                           mem_used_bytes=round(60.8 * GIB), pids=())]
+    return _one([LoaderSim()], [MachineSim(gpus=gpus)])
+
+
+def no_gpu_doc(gpu_status: str = "no_nvml") -> Document:
+    """A CPU-only machine (NVML missing), or one whose NVML answers `gpu_status`."""
+    return _one([LoaderSim()], [MachineSim(cpu_count=8, gpu_status=gpu_status, gpus=[])])
+
+
+def workers_doc(cpu_percent: Sequence[float | None], rss_bytes: Sequence[int | None]) -> Document:
+    """Healthy, with one worker per entry of the two sequences; fetch p95 grows with the id."""
+    workers = [WorkerSim(fetch_p50_ms=90.0 + 2 * i, fetch_p95_ms=118.0 + 3 * i, cpu_percent=cpu,
+                         rss_bytes=rss) for i, (cpu, rss) in enumerate(zip(cpu_percent, rss_bytes))]
+    return _one([LoaderSim(workers=workers)], [MachineSim()])
+
+
+def _io_loader() -> LoaderSim:
+    # 4 workers each waiting ~480 ms on storage per batch deliver ~8.3 batches/s; with a 45 ms
+    # step the loop waits the other ~62 % of the time.
+    return LoaderSim(
+        batches_per_s=8.3, wait_fraction=0.62, wait_p50_ms=70.0, wait_p95_ms=212.0,
+        step_p50_ms=45.0, step_p95_ms=48.0, ready=0, in_flight=8, ready_mean=0.3,
+        in_flight_mean=7.6, ready_when_waiting=0.0, wobble=0.08, batches_total=2000,
+        workers=[WorkerSim(fetch_p50_ms=480.0 + 10 * i, fetch_p95_ms=730.0 + 15 * i,
+                           cpu_fraction=0.07, cpu_percent=6.0 + i, rss_bytes=(380 + 5 * i) * MIB)
+                 for i in range(4)])
+
+
+def _io_machine() -> MachineSim:
+    return MachineSim(cpu_percent=9.5, per_cpu=[14.0, 9.0, 11.0, 6.0, 8.0, 12.0, 5.0, 7.0] * 2,
+                      iowait_percent=31.0, load_avg_1m=4.4, disk_read_bytes_per_s=184.0 * MIB,
+                      disk_write_bytes_per_s=1.2 * MIB, gpus=[GpuSim(util=31.0, power_w=160.0,
+                                                                   temperature_c=52.0)],
+                      wobble=0.1)
+
+
+def io_bound_history(n: int = 40) -> list[Document]:
+    """`n` documents one second apart (ending at T0 + n - 1) of a loop waiting on storage."""
+    scenario = Scenario([_io_loader()], [_io_machine()])
+    return _documents(scenario, [T0 + i for i in range(n)])
+
+
+def io_bound_doc(step: int = 0) -> Document:
+    """The loop waits for data on I/O-bound workers; `step` seconds into `io_bound_history`."""
+    return io_bound_history(step + 1)[-1]
+
+
+def dead_worker_doc() -> Document:
+    """Worker 2 was killed by SIGKILL (the OOM killer: memory is nearly gone) and the loop has
+    been blocked in next() for 38 s: stalled."""
+    workers = [WorkerSim(cpu_percent=0.0, rss_bytes=rss * MIB) for rss in (2140, 2210)]
+    workers.append(WorkerSim(cpu_percent=None, rss_bytes=None, alive=False, exitcode=-9))
+    workers.append(WorkerSim(cpu_percent=0.0, rss_bytes=2080 * MIB))
+    loader = LoaderSim(workers=workers, blocked_ms=38200.0, ready=0, in_flight=2, ready_mean=0.0,
+                       in_flight_mean=2.0, ready_when_waiting=0.0, batches_total=5120)
+    machine = MachineSim(cpu_percent=3.0, per_cpu=[3.0] * 16, mem_available_bytes=round(2.1 * GIB),
+                         swap_used_bytes=round(6.9 * GIB), swap_in_bytes_per_s=12.0 * MIB,
+                         swap_out_bytes_per_s=31.0 * MIB, gpus=[GpuSim(util=0.0, power_w=62.0)])
+    return _one([loader], [machine])
+
+
+def waiting_doc(endpoint: str = "ipc:///tmp/loadertop-demo/demo.sock") -> Document:
+    """Subscribed to `endpoint`, nothing received yet (the job is still starting)."""
+    model = Model()
+    model.add_endpoint(endpoint)
+    return model.advance(T0)
+
+
+def empty_doc() -> Document:
+    """No source found, no endpoint given."""
+    return Model().advance(T0)
+
+
+def waiting_for_system_doc() -> Document:
+    """A source delivers, but no machine report has arrived yet."""
+    return _one([LoaderSim()], [])
+
+
+def disconnected_doc(age_s: float = 47.0) -> Document:
+    """The only trainer went silent `age_s` seconds ago: gone, and the viewer disconnected."""
+    loader = LoaderSim()
+    scenario = Scenario([loader], [MachineSim()])
+    return _documents(scenario, [T0], warmup_s=age_s + 4.0, silent=[loader],
+                      silent_since=T0 - age_s)[0]
+
+
+def stale_doc(age_s: float = 7.4) -> Document:
+    """Two trainers; the first (the one a viewer selects first) went silent `age_s` seconds ago
+    while the other still delivers, so the viewer is connected."""
+    silent = LoaderSim(pid=41234)
+    live = LoaderSim(pid=52345, command="python train.py --config configs/vit.yaml")
+    scenario = Scenario([silent, live], [MachineSim()])
+    return _documents(scenario, [T0], warmup_s=age_s + 4.0, silent=[silent],
+                      silent_since=T0 - age_s)[0]
+
+
+def same_name_doc() -> Document:
+    """Two processes on one machine, each calling its loader "train"."""
+    return _one([LoaderSim(pid=1111, host="node-a"), LoaderSim(pid=2222, host="node-a")],
+                [MachineSim(host="node-a")])
+
+
+def bad_frames_doc(malformed: int = 3, wrong_version: int = 1) -> Document:
+    """Healthy, after the viewer dropped frames it could not use: `malformed` that failed to decode
+    (counted by `wire.decode`'s reason, as the subscriber does) and `wrong_version` ones."""
+    scenario = Scenario([LoaderSim()], [MachineSim()])
+    scenario.run(T0 - 4.0, T0)
+    for reason, count in (("malformed", malformed), ("wrong_version", wrong_version)):
+        for _ in range(count):
+            scenario.model.reject(reason)
+    return scenario.document(T0)
+
+
+def margin_history() -> list[Document]:
+    """A loop input-bound at a 15 % wait for 8 s, then waiting 8.5 %: below the 10 % that makes a
+    loop input-bound, above the 7 % that makes it healthy again — the margin keeps it input-bound.
+    One document a second."""
+    loader = LoaderSim(wait_fraction=0.15, wait_p50_ms=3.0, wait_p95_ms=6.0, ready=0, in_flight=8,
+                       ready_mean=0.5, ready_when_waiting=0.05,
+                       workers=[WorkerSim(fetch_p50_ms=115.0, fetch_p95_ms=140.0, cpu_fraction=0.95)
+                                for _ in range(4)])
+    scenario = Scenario([loader], [MachineSim()])
+    docs = _documents(scenario, [T0 + i for i in range(8)])
+    loader.wait_fraction, loader.wait_p50_ms, loader.wait_p95_ms = 0.085, 2.0, 4.0
+    return docs + _documents(scenario, [T0 + 8 + i for i in range(6)], warmup_s=1.0)
+
+
+def multi_source_doc() -> Document:
+    """A 2-rank DDP run on two machines, each rank with a train and a val loader: rank 1's
+    workers cannot keep up (input-bound, CPU) and hold rank 0 back; the val loaders are idle."""
+    loaders: list[LoaderSim] = []
+    machines: list[MachineSim] = []
+    for rank in (0, 1):
+        pid, host = 50100 + 100 * rank, f"gpu-node-{rank + 1}"
+        command = "torchrun --nproc-per-node 1 train.py"
+        if rank == 1:
+            # 4 CPU-bound workers at ~140 ms a batch deliver ~28 batches/s; a 23.5 ms step leaves
+            # the loop waiting a third of the time.
+            train = LoaderSim(pid=pid, host=host, rank=rank, command=command,
+                              started_at=T0 - 612.0, batches_per_s=28.1, wait_fraction=0.34,
+                              wait_p50_ms=9.5, wait_p95_ms=31.0, ready=0, in_flight=8,
+                              ready_mean=0.9, ready_when_waiting=0.05,
+                              workers=[WorkerSim(fetch_p50_ms=140.0 + 2 * i, fetch_p95_ms=171.0 + 3 * i,
+                                                 cpu_fraction=0.97, cpu_percent=97.0)
+                                       for i in range(4)])
+        else:
+            train = LoaderSim(pid=pid, host=host, rank=rank, command=command,
+                              started_at=T0 - 613.0, batches_per_s=41.2)
+        val = LoaderSim(name="val", pid=pid, host=host, rank=rank, command=command,
+                        started_at=T0 - 613.0, idle=True, batches_total=390,
+                        persistent_workers=True, worker_pid_base=pid + 20,
+                        workers=[WorkerSim(cpu_percent=0.0, rss_bytes=350 * MIB) for _ in range(2)])
+        loaders += [train, val]
+        machines.append(MachineSim(host=host, cpu_percent=31.0 if rank == 0 else 44.0,
+                                   gpus=[GpuSim(util=96.0 if rank == 0 else 71.0, pids=(pid,))]))
+    return _one(loaders, machines)
+
+
+def main_process_doc() -> Document:
+    """num_workers=0: the main process fetches every batch itself, computing ~29 ms each."""
+    loader = LoaderSim(workers=[], batches_per_s=18.0, wait_fraction=0.55, wait_p50_ms=29.0,
+                       wait_p95_ms=41.0, step_p50_ms=24.0, step_p95_ms=26.0,
+                       loop_fetch_cpu_fraction=0.96)
+    return _one([loader], [MachineSim()])
+
+
+# --------------------------------------------------------------------------- single wire messages
+def loader_report(**overrides: Any) -> wire.LoaderReport:
+    """A valid report of `host:123:train` (2 workers); any field can be overridden."""
+    fields = dict(
+        source="host:123:train", seq=0, host="host", pid=123, name="train", rank=None,
+        command="python train.py", process_started_at=1_700_000_000.0, sent_at=1_700_000_001.0,
+        interval_s=0.25,
+        config=wire.LoaderConfig(num_workers=2, batch_size=64, prefetch_factor=2, pin_memory=False,
+                                 persistent_workers=False, dataset="MyDataset",
+                                 worker_context="fork"),
+        epoch=1, batches=10, batches_total=100, wait_ns=1_000_000, step_ns=20_000_000,
+        wait_us=[100] * 10, step_us=[2000] * 9, blocked_ms=None,
+        queue=wire.QueueReport(capacity=4, ready=3, in_flight=1, samples=12, ready_sum=30,
+                               in_flight_sum=10, waiting_samples=2, waiting_ready_samples=1),
+        workers=[wire.WorkerReport(id=i, pid=200 + i, alive=True, exitcode=None, cpu_percent=97.0,
+                                   rss_bytes=10**8, batches=5, fetch_us=[40_000] * 5,
+                                   fetch_wall_ns=200_000_000, fetch_cpu_ns=190_000_000)
+                 for i in range(2)],
+        loop_fetch_us=[], dropped=0, probe_cpu_fraction=0.01,
+    )
+    fields.update(overrides)
+    return wire.LoaderReport(**fields)
+
+
+def system_report(**overrides: Any) -> wire.SystemReport:
+    fields = dict(
+        host="host", seq=3, sent_at=1_700_000_001.0, cpu_count=2, cores_available=2.0,
+        cpu_percent=50.0, per_cpu_percent=[40.0, 60.0], iowait_percent=0.5, load_avg_1m=1.0,
+        mem_total_bytes=2**34, mem_available_bytes=2**33, mem_used_percent=50.0,
+        swap_total_bytes=0, swap_used_bytes=0, swap_in_bytes_per_s=0.0, swap_out_bytes_per_s=0.0,
+        disk_read_bytes_per_s=0.0, disk_write_bytes_per_s=0.0,
+        cgroup=wire.CgroupReport(version=2, cpu_quota_cores=None, mem_limit_bytes=None,
+                                 mem_used_bytes=None),
+        gpu_status="ok",
+        gpus=[wire.GpuReport(index=0, name="H200", util_percent=90.0, mem_used_bytes=10,
+                             mem_total_bytes=100, temperature_c=50.0, power_w=300.0,
+                             processes=[wire.GpuProcess(pid=123, used_mem_bytes=10)])],
+    )
+    fields.update(overrides)
+    return wire.SystemReport(**fields)
+
+
+def goodbye(**overrides: Any) -> wire.Goodbye:
+    fields = dict(source="host:123:train", seq=5, sent_at=1_700_000_002.0, batches_total=100)
+    fields.update(overrides)
+    return wire.Goodbye(**fields)
+
+
+def raw_frame(obj: Any, version: bytes = str(wire.SCHEMA_VERSION).encode()) -> bytes:
+    """A frame with an arbitrary (possibly invalid) body, bypassing the typed encoder."""
+    return wire.TOPIC + version + b"\0" + msgspec.msgpack.encode(obj)
+
+
+def mutated_frame(path: list, value: Any, base: wire.Message | None = None) -> bytes:
+    """A frame of `base` (default `loader_report()`) with the field at `path` set to `value`
+    (or removed: `DELETE`), bypassing the typed encoder: what a broken or hostile peer sends."""
+    doc = msgspec.to_builtins(base if base is not None else loader_report())
+    target = doc
+    for key in path[:-1]:
+        target = target[key]
+    if value is DELETE:
+        del target[path[-1]]
+    else:
+        target[path[-1]] = value
+    return raw_frame(doc)
+
+
+DELETE = object()
+
+
+# --------------------------------------------------------------------------- GPUs without NVML
+
+def make_gpu(index: int = 0, name: str = "GPU", **fields: Any) -> dict[str, Any]:
+    """A GPU dict with every field of `GPU_FIELDS`; unknown keys are an error (catches typos)."""
+    unknown = set(fields) - set(GPU_FIELDS)
+    if unknown:
+        raise TypeError(f"unknown GPU fields: {sorted(unknown)}")
+    gpu: dict[str, Any] = {key: None for key in GPU_FIELDS}
+    gpu.update(index=index, name=name, processes=[])
+    gpu.update(fields)
+    return gpu
+
+
+class FakeGpuReader:
+    """A `loadertop.system.GpuReader` returning the GPUs it was given (this machine has none).
+
+    `FakeGpuReader()` is a machine without a driver ("no_nvml"); `FakeGpuReader([{...}])` fills each
+    given dict up with every GPU field (missing ones None), so tests only spell what they need.
+    """
+
+    def __init__(self, gpus: Iterable[dict[str, Any]] | None = None, status: str | None = None):
+        self.gpus = [make_gpu(index=i, **g) if "index" not in g else make_gpu(**g)
+                     for i, g in enumerate(gpus or [])]
+        self.status = status if status is not None else ("ok" if self.gpus else "no_nvml")
+        self.reads = 0
+        self.closed = False
+
+    @classmethod
+    def single(cls, util: float | None = 50.0, **fields: Any) -> FakeGpuReader:
+        """One healthy-looking 16 GiB GPU at `util` percent; any GPU field can be overridden."""
+        defaults: dict[str, Any] = {
+            "name": "Fake GPU", "uuid": "GPU-00000000-0000-0000-0000-000000000000",
+            "util_percent": util, "mem_util_percent": util, "mem_used_bytes": 4 * GIB,
+            "mem_total_bytes": 16 * GIB, "temperature_c": 50.0, "power_w": 100.0,
+            "power_limit_w": 300.0,
+        }
+        defaults.update(fields)
+        return cls([defaults])
+
+    def read(self) -> tuple[str, list[dict[str, Any]]]:
+        self.reads += 1
+        # Copies, so a caller that edits the result doesn't change the next read.
+        return self.status, [dict(g, processes=[dict(p) for p in g["processes"]]) for g in self.gpus]
+
+    def close(self) -> None:
+        self.closed = True

@@ -1,0 +1,260 @@
+"""End to end diagnosis (issue 3): one real workload per category this machine can produce, judged
+through `loadertop snapshot --json`, twice in a row (the verdict must appear within a few seconds of
+steady state and stay put).
+
+The workloads run in four sequential groups, in parallel inside a group, chosen so that no
+workload disturbs another's verdict on a 2-core machine:
+
+1. sleeping dataset (input_bound_io) and cheap dataset + 50 ms step (compute_bound): light;
+2. one CPU-burning worker (input_bound_cpu: it needs a core left free) and a worker that calls
+   os._exit(3) (stalled naming exit code 3; idle once torch raised);
+3. tiny batches with no step (main_process_bound: robust to load) and a dataset that hangs
+   (stalled once the loop is blocked > STALL_MIN_MS = 5 s; it uses no CPU);
+4. four CPU-burning workers plus a busy loop (cpu_saturated), alone, so that the saturation is
+   its own doing.
+
+The verdicts that depend on free CPU (io, cpu, compute) are only as good as the machine is quiet:
+while a snapshot runs, the CPU used by processes that are not ours is measured, and when the verdict
+differs *and* other processes took a sizeable share of the CPU, the test is skipped with the
+figures (a shared CI runner), not failed.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+import psutil
+import pytest
+
+from conftest import SnapshotRun, WorkloadPool, check_document, source_of
+
+pytestmark = pytest.mark.slow
+
+SNAP_S = 3.0
+STEADY_BATCHES = 20
+FOREIGN_CORES_TOLERATED = 0.3  # CPU taken by other processes above which a CPU-sensitive verdict
+                               # is not held against loadertop
+
+WORKLOADS = {
+    "io": ("--kind", "sleep", "--ms", 5, "--workers", 2, "--batch-size", 4),
+    "compute": ("--kind", "cheap", "--workers", 2, "--batch-size", 4, "--step-ms", 50),
+    "exit": ("--kind", "exit", "--exit-code", 3, "--workers", 2, "--batch-size", 2, "--after", 10,
+             "--idle-after-error", 60),
+    "cpu": ("--kind", "cpu", "--ms", 5, "--workers", 1, "--batch-size", 4, "--step-ms", 5),
+    "hang": ("--kind", "hang", "--workers", 2, "--batch-size", 2, "--after", 10),
+    "main": ("--kind", "cheap", "--workers", 2, "--batch-size", 1),
+    # CPU-burning workers plus a busy loop: more CPU-hungry processes than the 2 cores.
+    "saturated": ("--kind", "cpu", "--ms", 10, "--workers", 4, "--batch-size", 4,
+                  "--busy-step-ms", 5),
+}
+GROUPS = (("io", "compute"), ("cpu", "exit"), ("main", "hang"), ("saturated",))
+EXPECTED = {"io": "input_bound_io", "compute": "compute_bound", "exit": "stalled",
+            "cpu": "input_bound_cpu", "hang": "stalled", "main": "main_process_bound",
+            "saturated": "cpu_saturated"}
+CPU_SENSITIVE = {"io", "compute", "cpu"}
+
+
+class CpuMeter:
+    """Busy cores of the whole machine vs. of our own processes (the workloads, their workers,
+    the snapshot viewers, this test) over an interval, from psutil's counters."""
+
+    def __init__(self) -> None:
+        self.t0 = time.monotonic()
+        self.busy0 = self._busy()
+        self.ours0: dict[int, float] = {}
+
+    @staticmethod
+    def _busy() -> float:
+        t = psutil.cpu_times()
+        return sum(t) - t.idle - getattr(t, "iowait", 0.0) - getattr(t, "guest", 0.0) \
+            - getattr(t, "guest_nice", 0.0)
+
+    @staticmethod
+    def _tree(pids) -> dict[int, float]:
+        out = {}
+        for pid in pids:
+            try:
+                root = psutil.Process(pid)
+                procs = [root] + root.children(recursive=True)
+            except psutil.Error:
+                continue
+            for p in procs:
+                try:
+                    t = p.cpu_times()
+                    out[p.pid] = t.user + t.system
+                except psutil.Error:
+                    pass
+        return out
+
+    def start(self, pids) -> None:
+        self.t0 = time.monotonic()
+        self.busy0 = self._busy()
+        self.ours0 = self._tree(pids)
+
+    def stop(self, pids) -> dict:
+        wall = time.monotonic() - self.t0
+        busy = (self._busy() - self.busy0) / wall
+        now = self._tree(pids)
+        ours = sum(v - self.ours0.get(pid, 0.0) for pid, v in now.items()) / wall
+        return {"busy_cores": round(busy, 2), "our_cores": round(ours, 2),
+                "foreign_cores": round(max(0.0, busy - ours), 2)}
+
+
+def _take_snapshots(group_workloads: dict, extra_wait: dict) -> dict:
+    """Two consecutive snapshots of every workload of a group, all workloads at once."""
+    out = {name: {"docs": [], "load": []} for name in group_workloads}
+    for round_ in range(2):
+        # a workload may ask to be snapshotted only from some time on (the hang: >= 5 s blocked)
+        for when in extra_wait.values():
+            if round_ == 0 and when is not None:
+                delay = when() - time.time()
+                if delay > 0:
+                    time.sleep(delay)  # waiting for a wall-clock moment, not synchronising
+        runs = {name: SnapshotRun(wl.dir, seconds=SNAP_S) for name, wl in group_workloads.items()}
+        meter = CpuMeter()
+        pids = [wl.pid for wl in group_workloads.values()] + [r.proc.pid for r in runs.values()]
+        meter.start(pids + [os.getpid()])
+        docs = {name: run.document() for name, run in runs.items()}
+        load = meter.stop(pids + [os.getpid()])
+        for name, doc in docs.items():
+            out[name]["docs"].append(doc)
+            out[name]["load"].append(load)
+    return out
+
+
+@pytest.fixture(scope="module")
+def verdicts():
+    results: dict = {}
+    for group in GROUPS:
+        pool = WorkloadPool()
+        try:
+            wls = {name: pool(*WORKLOADS[name], "--duration", 120) for name in group}
+            for wl in wls.values():
+                wl.wait_discovery()
+            extra_wait = {}
+            for name, wl in wls.items():
+                if name == "exit":
+                    wl.wait_status(lambda st: st["phase"] == "error", what="the worker's exit")
+                elif name == "hang":
+                    wl.wait_batches(10)
+                    # blocked since the 10th batch: snapshot once that is >= 3 s old, so the
+                    # document (3 s later) sees a loop blocked > STALL_MIN_MS = 5 s
+                    extra_wait[name] = lambda wl=wl: wl.status()["last_batch_at"] + 3.0
+                else:
+                    wl.wait_batches(STEADY_BATCHES)
+            steady_at = time.monotonic()
+            snaps = _take_snapshots(wls, extra_wait)
+            for name, wl in wls.items():
+                results[name] = {"snaps": snaps[name], "workload": wl, "status": wl.status(),
+                                 "pids": wl.worker_pids(), "steady_after_s": time.monotonic() - steady_at}
+        finally:
+            pool.close()
+    return results
+
+
+def _verdict_of(result: dict, i: int) -> tuple[dict, dict]:
+    doc = result["snaps"]["docs"][i]
+    check_document(doc)
+    src = source_of(doc, result["workload"].pid)
+    return src, doc
+
+
+def _check_category(name: str, verdicts: dict) -> list[dict]:
+    """Both snapshots show the expected category (the verdict appears at once and stays put)."""
+    result = verdicts[name]
+    expected = EXPECTED[name]
+    sources = []
+    for i in range(2):
+        src, doc = _verdict_of(result, i)
+        got = src["diagnosis"]["category"]
+        load = result["snaps"]["load"][i]
+        if got != expected and name in CPU_SENSITIVE and load["foreign_cores"] > FOREIGN_CORES_TOLERATED:
+            pytest.skip(f"{name}: {got} instead of {expected} while other processes used "
+                        f"{load['foreign_cores']} cores of {psutil.cpu_count()} ({load}); "
+                        f"this verdict needs a quiet machine")
+        assert got == expected, (
+            f"{name}, snapshot {i + 1}: {got} instead of {expected}\n"
+            f"summary: {src['diagnosis']['summary']}\nevidence: {src['diagnosis']['evidence']}\n"
+            f"machine load during the snapshot: {load}\nsystem: cpu {doc['system']['cpu_percent']} "
+            f"load {doc['system']['load_avg_1m']}")
+        assert src["diagnosis"]["summary"] and src["diagnosis"]["evidence"]
+        sources.append(src)
+    return sources
+
+
+def test_sleeping_dataset_is_input_bound_io(verdicts):
+    for src in _check_category("io", verdicts):
+        assert src["wait_fraction"] > 0.5
+        assert all(w["cpu_fraction"] < 0.3 for w in src["workers"])
+        assert src["diagnosis"]["advice"]
+
+
+def test_one_cpu_burning_worker_is_input_bound_cpu_with_a_worker_count(verdicts):
+    for src in _check_category("cpu", verdicts):
+        assert src["workers"][0]["cpu_fraction"] > 0.7
+        advice = " ".join(src["diagnosis"]["advice"])
+        # concrete, from the figures: fetch 20 ms / step 5 ms = 4 workers, capped by the free
+        # cores (on 2 cores: 1, so "no free cores for more workers ... = 4 workers, cap 1")
+        assert "worker" in advice and any(ch.isdigit() for ch in advice), advice
+
+
+def test_cheap_dataset_with_slow_step_is_compute_bound(verdicts):
+    for src in _check_category("compute", verdicts):
+        assert src["wait_fraction"] < 0.1
+        assert src["step_ms"]["p50"] >= 50
+
+
+def test_tiny_batches_without_step_are_main_process_bound(verdicts):
+    for src in _check_category("main", verdicts):
+        assert src["queue"]["ready_when_waiting"] >= 0.5
+
+
+def test_many_cpu_burning_workers_on_two_cores_are_cpu_saturated(verdicts):
+    """Four CPU-burning workers and a busy main loop on 2 cores.
+
+    Batches that arrived out of order (or still sit in a busy worker's send buffer) count as
+    ready, so `ready_when_waiting` is high here too; what tells this from main_process_bound is the
+    loop's own thread, measured mostly off-CPU inside next() (blocked, or starved by the workers)."""
+    for src in _check_category("saturated", verdicts):
+        assert src["config"]["num_workers"] == 4
+        assert src["queue"]["loop_cpu_when_waiting"] is not None
+        assert src["queue"]["loop_cpu_when_waiting"] < 0.5
+        doc_cpu = verdicts["saturated"]["snaps"]["docs"][0]["system"]["cpu_percent"]
+        assert doc_cpu is None or doc_cpu >= 85
+
+
+def test_hanging_dataset_is_stalled(verdicts):
+    result = verdicts["hang"]
+    assert result["status"]["batches"] == 10 and result["status"]["phase"] == "running"
+    for src in _check_category("hang", verdicts):
+        assert src["state"] == "stalled"
+        assert src["blocked_ms"] >= 5000
+        assert "blocked in next()" in src["diagnosis"]["summary"]
+        assert src["batches_total"] == 10
+        # every worker is alive: the hang is not a death
+        assert all(w["alive"] for w in src["workers"])
+
+
+def test_exiting_worker_is_stalled_naming_its_exit_code(verdicts):
+    result = verdicts["exit"]
+    status = result["status"]
+    assert status["phase"] == "error" and "exited unexpectedly" in status["error"]
+    (victim_pid,) = result["pids"][0]  # batch 10 (sample 20) goes to worker 0: n % 2
+    assert str(victim_pid) in status["error"]
+    for src in _check_category("exit", verdicts):
+        assert src["state"] == "stalled"
+        verdict = src["diagnosis"]
+        assert "exited with code 3" in verdict["summary"], verdict
+        assert any(str(victim_pid) in line and "code 3" in line for line in verdict["evidence"]), verdict
+        dead = {w["id"]: w for w in src["workers"]}[0]
+        assert dead["alive"] is False and dead["exitcode"] == 3 and dead["pid"] == victim_pid
+
+
+def test_top_level_diagnosis_names_the_source(verdicts):
+    for result in verdicts.values():
+        for doc in result["snaps"]["docs"]:
+            top = doc["diagnosis"]
+            (src,) = doc["sources"]
+            assert top["source"] == src["id"]
+            assert top["category"] == src["diagnosis"]["category"]

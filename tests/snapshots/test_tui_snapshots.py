@@ -1,0 +1,86 @@
+"""Snapshots of the main TUI states at 80×24 (compact) and 160×50 (wide).
+
+Deterministic: the documents come from `tests/fakes.py` (real wire messages through the real
+model, so the banner shows what `diagnose` really says), the clock is fake (and the time zone UTC),
+and the refresh timer is set to an hour so only the ticks done in ``run_before`` change the screen.
+The SVGs pin textual 8.2.8 (pytest-textual-snapshot 1.1.0). Regenerate with
+``pytest tests/snapshots --snapshot-update`` and look at each SVG (``rsvg-convert`` makes PNGs).
+"""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from loadertop.viewer.app import LoadertopApp
+
+import fakes
+from fakes import FakeFeed
+
+SIZES = {"80x24": (80, 24), "160x50": (160, 50)}
+
+
+@pytest.fixture(autouse=True)
+def utc(monkeypatch):
+    monkeypatch.setenv("TZ", "UTC")
+    time.tzset()
+    yield
+    monkeypatch.undo()
+    time.tzset()
+
+
+def make_app(documents) -> LoadertopApp:
+    return LoadertopApp(FakeFeed(documents), refresh_s=3600.0, clock=lambda: fakes.T0 + 12.0)
+
+
+def ticks(n: int):
+    """run_before: n more refresh ticks (one document each), then let the screen settle."""
+    async def run_before(pilot) -> None:
+        await pilot.pause()
+        for _ in range(n):
+            pilot.app.tick()
+        await pilot.pause()
+    return run_before
+
+
+def keys(*names: str):
+    async def run_before(pilot) -> None:
+        await pilot.pause()
+        await pilot.press(*names)
+        await pilot.pause()
+    return run_before
+
+
+@pytest.mark.parametrize("size", SIZES)
+def test_healthy(snap_compare, size):
+    assert snap_compare(make_app(fakes.gpu_doc()), terminal_size=SIZES[size], run_before=ticks(0))
+
+
+@pytest.mark.parametrize("size", SIZES)
+def test_io_bound_with_history(snap_compare, size):
+    app = make_app(fakes.io_bound_history(48))
+    assert snap_compare(app, terminal_size=SIZES[size], run_before=ticks(47))
+
+
+@pytest.mark.parametrize("size", SIZES)
+def test_dead_worker(snap_compare, size):
+    assert snap_compare(make_app(fakes.dead_worker_doc()), terminal_size=SIZES[size],
+                        run_before=ticks(0))
+
+
+@pytest.mark.parametrize("size", SIZES)
+def test_multi_source_overview(snap_compare, size):
+    assert snap_compare(make_app(fakes.multi_source_doc()), terminal_size=SIZES[size],
+                        run_before=keys("tab", "tab", "o"))
+
+
+@pytest.mark.parametrize("size", SIZES)
+def test_no_gpu(snap_compare, size):
+    assert snap_compare(make_app(fakes.no_gpu_doc()), terminal_size=SIZES[size], run_before=ticks(0))
+
+
+@pytest.mark.parametrize("size", SIZES)
+def test_help(snap_compare, size):
+    assert snap_compare(make_app(fakes.healthy_doc()), terminal_size=SIZES[size],
+                        run_before=keys("question_mark"))

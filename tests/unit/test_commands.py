@@ -1,0 +1,123 @@
+"""Command-side rules without processes: the demo's shared phase arguments, `run`'s torch check."""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import os
+import sys
+
+import pytest
+
+from loadertop.commands import demo, run
+from loadertop.examples import demo_train
+from loadertop.examples.demo_train import PHASES, phase_command_line
+
+
+# ---------------------------------------------------------------------------- demo phases
+def _by_name(*names):
+    return tuple(p for p in PHASES if p.name in names)
+
+
+def test_phases_argument():
+    assert demo_train.phases_argument("healthy,io,cpu,saturated") == PHASES
+    # Canonical order, each once, spaces and empty items ignored.
+    assert demo_train.phases_argument(" io , healthy,,io ") == _by_name("healthy", "io")
+    for bad, message in (("nope", "unknown phase nope; choose from healthy, io, cpu, saturated"),
+                         ("", "unknown phase (none)"), (" , ", "unknown phase (none)"),
+                         ("io,x,y", "unknown phase x, y")):
+        with pytest.raises(argparse.ArgumentTypeError, match=message.replace("(", r"\(").replace(")", r"\)")):
+            demo_train.phases_argument(bad)
+
+
+def test_phase_seconds_argument():
+    assert demo_train.phase_seconds_argument("2.5") == 2.5
+    least = demo_train.MIN_PHASE_SECONDS
+    assert demo_train.phase_seconds_argument(str(least)) == least
+    for bad in ("0.5", "0", "-3", "nan", "abc", ""):
+        with pytest.raises(argparse.ArgumentTypeError):
+            demo_train.phase_seconds_argument(bad)
+    assert demo_train.MIN_PHASE_SECONDS > demo_train.VAL_SECONDS  # a phase trains before its val
+
+
+@pytest.mark.parametrize("argv", [
+    ["--phases", "nope"],
+    ["--phases", ""],
+    ["--phase-seconds", "0.5"],
+    ["--phase-seconds", "soon"],
+])
+def test_the_command_and_the_job_refuse_the_same_arguments_alike(argv, capsys):
+    errors = []
+    for parse in (demo.parse_args, demo_train.parse_args):
+        with pytest.raises(SystemExit) as info:
+            parse(argv)
+        assert info.value.code == 2
+        errors.append(capsys.readouterr().err.strip().splitlines()[-1].split(": error: ", 1)[1])
+    assert errors[0] == errors[1]
+
+
+def test_the_command_passes_its_phases_to_the_job():
+    args = demo.parse_args(["--phase-seconds", "2.25", "--phases", "saturated,io"])
+    job_args = demo_train.parse_args(phase_command_line(args.phase_seconds, args.phases))
+    assert (job_args.phase_seconds, job_args.phases) == (2.25, _by_name("io", "saturated"))
+    defaults = demo.parse_args([])
+    assert (defaults.phase_seconds, defaults.phases) == (demo_train.DEFAULT_PHASE_SECONDS, PHASES)
+
+
+def test_the_job_module_imports_no_torch():
+    """`loadertop demo` imports it for the phases, and must answer at once without torch."""
+    import subprocess
+
+    code = ("import sys, loadertop.examples.demo_train, loadertop.commands.demo\n"
+            "print(sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'textual')))\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+                         check=True).stdout.strip()
+    assert out == "[]"
+
+
+# ---------------------------------------------------------------------------- run without torch
+def _script(path, first_line: str):
+    path.write_text(f"{first_line}\nprint('hi')\n")
+    path.chmod(0o755)
+    return str(path)
+
+
+def test_python_of(tmp_path):
+    search = os.pathsep.join([str(tmp_path), os.path.dirname(sys.executable)])
+    exe_name = os.path.basename(sys.executable)
+    by_name = os.path.join(os.path.dirname(sys.executable), exe_name)
+    assert run.python_of([sys.executable, "train.py"], search) == sys.executable
+    assert run.python_of([exe_name, "train.py"], search) == by_name
+    # Console scripts (torchrun) and scripts name their Python on the #! line.
+    assert run.python_of([_script(tmp_path / "torchrun", f"#!{sys.executable}")], search) == sys.executable
+    env_script = _script(tmp_path / "train_env", f"#!/usr/bin/env -S {exe_name} -u")
+    assert run.python_of([env_script], search) == by_name
+    # Not a Python, or not to be told without running it.
+    assert run.python_of([_script(tmp_path / "job.sh", "#!/bin/sh")], search) is None
+    assert run.python_of([_script(tmp_path / "plain", "echo hi")], search) is None
+    assert run.python_of(["no-such-command-xyz"], search) is None
+    assert run.python_of([], search) is None
+
+
+def test_is_this_python(tmp_path):
+    assert run._is_this_python(sys.executable)
+    other = tmp_path / "python3"
+    other.symlink_to(os.path.realpath(sys.executable))  # the same binary in another venv's bin
+    assert not run._is_this_python(str(other))
+
+
+def test_torch_warning(tmp_path, monkeypatch):
+    env = {"PATH": os.path.dirname(sys.executable)}
+    if importlib.util.find_spec("torch") is not None:
+        assert run.torch_warning([sys.executable, "train.py"], env) is None  # torch here: silent
+    real_find_spec = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: None if name == "torch" else real_find_spec(name, *a))
+    line = run.torch_warning([sys.executable, "train.py"], env)
+    assert line == (f"loadertop run: torch is not installed in {sys.executable}, the Python that runs "
+                    f"{sys.executable}: its DataLoaders cannot be instrumented (install torch there)")
+    # Another Python (it may have torch and loadertop), or one that cannot be told: silent.
+    other = tmp_path / "python3"
+    other.symlink_to(os.path.realpath(sys.executable))
+    assert run.torch_warning([str(other), "train.py"], env) is None
+    assert run.torch_warning([_script(tmp_path / "job.sh", "#!/bin/sh")], env) is None
