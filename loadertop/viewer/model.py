@@ -240,6 +240,7 @@ class Model:
             late = age if age > LATE_REPORT_S else 0.0
             blocked_ms = round(last.blocked_ms + late * 1000.0, 1)
         workers = self._workers(last, window)
+        wait_fraction = round(min(1.0, wait_ns / (covered * 1e9)), 3) if covered > 0 else None
         config = last.config
         return SourceFigures(
             id=state.source,
@@ -247,7 +248,7 @@ class Model:
             pid=last.pid,
             rank=last.rank,
             name=last.name,
-            state=self._state(state, live, blocked_ms, batches, wait_ns, covered, workers,
+            state=self._state(state, live, blocked_ms, batches, wait_fraction, workers,
                               diagnosis.stall_threshold_ms(wait_ms, state.batches_total)),
             config=LoaderConfig(
                 num_workers=config.num_workers, batch_size=batch_size,
@@ -260,11 +261,11 @@ class Model:
             samples_per_s=_round(rate * batch_size) if rate is not None and batch_size else None,
             wait_ms=wait_ms,
             step_ms=stats_ms(v for m in window for v in m.step_us),
-            wait_fraction=round(min(1.0, wait_ns / (covered * 1e9)), 3) if covered > 0 else None,
+            wait_fraction=wait_fraction,
             blocked_ms=blocked_ms,
             queue=self._queue(last, window),
             workers=workers,
-            loop=self._loop(last, window),
+            loop=self._loop(last, window, wait_ms),
             epoch=last.epoch,
             command=last.command,
             endpoint=state.endpoint,
@@ -317,18 +318,19 @@ class Model:
         return tuple(out)
 
     @staticmethod
-    def _loop(last: wire.LoaderReport, window: list[wire.LoaderReport]) -> LoopFigures:
+    def _loop(last: wire.LoaderReport, window: list[wire.LoaderReport],
+              wait_ms: Stats | None) -> LoopFigures:
         if last.config.num_workers != 0:
             return LoopFigures(fetch_ms=None, cpu_fraction=None)
-        # With num_workers=0 the loop's wait in next() *is* the fetch; its CPU share is sampled.
+        # With num_workers=0 the loop's wait in next() *is* the fetch (the same samples: the same
+        # figures, not sorted twice); its CPU share is sampled.
         wall = sum(m.loop_fetch_wall_ns for m in window)
         cpu = sum(m.loop_fetch_cpu_ns for m in window)
-        return LoopFigures(fetch_ms=stats_ms(v for m in window for v in m.wait_us),
-                           cpu_fraction=_ratio(cpu, wall))
+        return LoopFigures(fetch_ms=wait_ms, cpu_fraction=_ratio(cpu, wall))
 
     @staticmethod
     def _state(state: SourceState, live: bool, blocked_ms: float | None, batches: int,
-               wait_ns: int, covered: float, workers: Sequence[WorkerFigures],
+               wait_fraction: float | None, workers: Sequence[WorkerFigures],
                stall_ms: float) -> State:
         if state.finished_at is not None:
             return "finished"
@@ -340,8 +342,7 @@ class Model:
             return "stalled"
         if batches == 0 and blocked_ms is None:
             return "idle"
-        wait_fraction = min(1.0, wait_ns / (covered * 1e9)) if covered > 0 else 0.0
-        if wait_fraction >= WAITING_FRACTION or (blocked_ms or 0.0) >= WAITING_BLOCKED_MS:
+        if (wait_fraction or 0.0) >= WAITING_FRACTION or (blocked_ms or 0.0) >= WAITING_BLOCKED_MS:
             return "waiting"
         return "running"
 

@@ -2,20 +2,22 @@
 
     python tests/benchmarks/overhead.py [--batches 20000] [--rounds 7]
 
-1. Hot path: the same fast loader (TensorDataset, batch_size=1, num_workers=0) iterated plain and
-   instrumented, alternated over several rounds; prints the median ns per batch of each and the
-   median per-round difference (goal: <= 300 ns added per batch), then the wrapper alone around a
-   trivial iterator (a figure without the DataLoader's own noise of several µs per batch).
+1. Hot path: the same fast loader (TensorDataset, batch_size=1, num_workers=0) iterated plain,
+   plain again (the A/A pair, to show the noise) and instrumented, in a shuffled order every
+   round; prints the median ns per batch and the median per-round differences (goal: <= 300 ns
+   added per batch), then the wrapper alone around a trivial iterator (a figure without the
+   DataLoader's own noise of several µs per batch), with its own A/A pair.
 2. Frozen viewer: the instrumented loop with no viewer vs with a real subscriber process frozen by
    SIGSTOP (its socket buffers fill, the publisher must drop, never block), alternating rounds;
    prints the throughput ratio (goal: >= 0.99).
-Alternating rounds cancel slow drift of the machine; medians ignore the odd hiccup.
+Shuffled or alternating rounds cancel slow drift of the machine; medians ignore the odd hiccup.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import random
 import signal
 import statistics
 import subprocess
@@ -37,23 +39,28 @@ def ns_per_batch(loader) -> float:
     return (time.perf_counter_ns() - t0) / n
 
 
-def hot_path(batches: int, rounds: int) -> tuple[float, float, float]:
-    """Median ns/batch plain, instrumented, and the median of the per-round differences."""
+def hot_path(batches: int, rounds: int) -> tuple[float, float, float, float]:
+    """Median ns/batch plain and instrumented, the median of the per-round differences, and the
+    same difference between two plain loaders (the A/A pair: what a difference of nothing
+    measures here, i.e. the noise)."""
     data = TensorDataset(torch.arange(batches))
-    plain = DataLoader(data, batch_size=1, num_workers=0)
-    instrumented = loadertop.instrument(DataLoader(data, batch_size=1, num_workers=0), name="bench")
-    ns_per_batch(plain), ns_per_batch(instrumented)  # warm up both
-    plain_ns, inst_ns, diffs = [], [], []
-    for i in range(rounds):
-        # Alternate which goes first, so a drift of the machine within a round cancels out.
-        if i % 2:
-            b, a = ns_per_batch(instrumented), ns_per_batch(plain)
-        else:
-            a, b = ns_per_batch(plain), ns_per_batch(instrumented)
-        plain_ns.append(a)
-        inst_ns.append(b)
-        diffs.append(b - a)
-    return statistics.median(plain_ns), statistics.median(inst_ns), statistics.median(diffs)
+    variants = {"plain": DataLoader(data, batch_size=1, num_workers=0),
+                "plain again": DataLoader(data, batch_size=1, num_workers=0),
+                "instrumented": loadertop.instrument(DataLoader(data, batch_size=1, num_workers=0),
+                                                     name="bench")}
+    for loader in variants.values():
+        ns_per_batch(loader)  # warm up
+    rng = random.Random(0)
+    ns: dict[str, list[float]] = {name: [] for name in variants}
+    for _ in range(rounds):
+        order = list(variants)
+        rng.shuffle(order)  # a new order every round: a drift of the machine favours none
+        for name in order:
+            ns[name].append(ns_per_batch(variants[name]))
+    diffs = [b - a for a, b in zip(ns["plain"], ns["instrumented"])]
+    aa = [b - a for a, b in zip(ns["plain"], ns["plain again"])]
+    return (statistics.median(ns["plain"]), statistics.median(ns["instrumented"]),
+            statistics.median(diffs), statistics.median(aa))
 
 
 class _PythonIterator:
@@ -89,12 +96,20 @@ def wrapper_only(calls: int, rounds: int) -> dict[str, float]:
             pass
         return (time.perf_counter_ns() - t0) / calls
 
-    added = {"num_workers>0": [], "num_workers=0": []}
+    variants = {"bare": lambda: _PythonIterator(calls),
+                "A/A (bare again)": lambda: _PythonIterator(calls),
+                "num_workers>0": lambda: _InstrumentedIterator(_PythonIterator(calls), record),
+                "num_workers=0": lambda: _SingleProcessIterator(_PythonIterator(calls), record)}
+    rng = random.Random(1)
+    added: dict[str, list[float]] = {name: [] for name in variants if name != "bare"}
     for _ in range(rounds):
-        bare = per_call(_PythonIterator(calls))
-        added["num_workers>0"].append(per_call(_InstrumentedIterator(_PythonIterator(calls), record)) - bare)
-        added["num_workers=0"].append(per_call(_SingleProcessIterator(_PythonIterator(calls), record)) - bare)
-        record.drain()
+        order = list(variants)
+        rng.shuffle(order)
+        took = {name: per_call(variants[name]()) for name in order}
+        for name in added:
+            added[name].append(took[name] - took["bare"])
+        # No record.drain() here: the publisher thread drains the record at every report, and a
+        # second drainer on another thread races it (seen: IndexError, pop from an empty deque).
     return {k: statistics.median(v) for k, v in added.items()}
 
 
@@ -140,15 +155,18 @@ def main() -> None:
     os.environ.setdefault("LOADERTOP_DIR", tempfile.mkdtemp(prefix="ltbench"))
     torch.set_num_threads(1)
 
-    plain, inst, added = hot_path(args.batches, args.rounds)
-    print(f"DataLoader loop, {args.batches} batches x {args.rounds} rounds (median ns/batch):")
+    plain, inst, added, aa = hot_path(args.batches, args.rounds)
+    print(f"DataLoader loop, {args.batches} batches x {args.rounds} rounds, order shuffled each "
+          f"round (median ns/batch):")
     print(f"  plain        {plain:8.0f} ns")
     print(f"  instrumented {inst:8.0f} ns")
     print(f"  added        {added:8.0f} ns per batch (median of per-round differences; goal <= 300)"
           f"  throughput ratio {plain / inst:.4f}")
+    print(f"  A/A          {aa:8.0f} ns (plain vs plain: the noise; a smaller 'added' is not resolved)")
     micro = wrapper_only(500_000, args.rounds)
     for kind, ns in micro.items():
-        print(f"hot path alone, {kind} iterator: {ns:5.0f} ns added per next() (goal <= 300)")
+        goal = " (the noise)" if kind.startswith("A/A") else " (goal <= 300)"
+        print(f"hot path alone, {kind} iterator: {ns:5.0f} ns added per next(){goal}")
 
     without, frozen = frozen_viewer(args.batches, max(3, args.rounds // 2))
     print("frozen viewer (instrumented loop, median batches/s, alternating rounds):")
