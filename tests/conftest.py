@@ -176,19 +176,26 @@ class Workload:
         return out
 
     def fetch_clock(self) -> dict:
-        """{worker id: {"wall_ns", "cpu_ns", "n", "t", "pid"}}: the dataset's own cumulative
-        measure of time spent in __getitem__ (see lt_data._FetchClock)."""
+        """{worker id: [{"wall_ns", "cpu_ns", "n", "t", "pid"}, ...]}: the dataset's own cumulative
+        measure of time spent in __getitem__, oldest first (see lt_data._FetchClock)."""
         out: dict = {}
         for name in os.listdir(self.piddir):
-            if not (name.startswith("t") and name.endswith(".json")):
+            if not (name.startswith("t") and name.endswith(".jsonl")):
                 continue
-            wid, _, pid = name[1:-len(".json")].partition(".")
+            wid, _, pid = name[1:-len(".jsonl")].partition(".")
             try:
-                doc = json.loads((self.piddir / name).read_text())
-            except (OSError, ValueError):
+                lines = (self.piddir / name).read_text().splitlines()
+            except OSError:
                 continue
-            doc["pid"] = int(pid)
-            out[int(wid) if wid.isdigit() else wid] = doc
+            history = []
+            for line in lines:
+                try:
+                    entry = json.loads(line)
+                except ValueError:
+                    continue        # the torn last line of a write in progress
+                entry["pid"] = int(pid)
+                history.append(entry)
+            out[int(wid) if wid.isdigit() else wid] = history
         return out
 
     def stdout(self) -> str:
@@ -297,12 +304,23 @@ def snapshot(directory: Path | str, *endpoints: str, seconds: float = 3.0, as_js
     return SnapshotRun(directory, *endpoints, seconds=seconds, as_json=as_json, env=env).result()
 
 
-def measured_cpu_fraction(before: dict, after: dict, worker) -> float | None:
-    """CPU / wall time the dataset itself measured in one worker between two `fetch_clock()`s."""
-    a, b = before.get(worker), after.get(worker)
-    if not a or not b or a["pid"] != b["pid"] or b["wall_ns"] <= a["wall_ns"]:
+def measured_cpu_fraction(clock: dict, worker, start: float, end: float) -> float | None:
+    """CPU / wall time the dataset itself measured in one worker from about `start` to about `end`
+    (wall-clock seconds), from the entries of its `fetch_clock()` history nearest those times."""
+    history = clock.get(worker) or []
+    if len(history) < 2:
+        return None
+    a = min(history, key=lambda e: abs(e["t"] - start))
+    b = min(history, key=lambda e: abs(e["t"] - end))
+    if a["pid"] != b["pid"] or b["wall_ns"] <= a["wall_ns"]:
         return None
     return (b["cpu_ns"] - a["cpu_ns"]) / (b["wall_ns"] - a["wall_ns"])
+
+
+def document_window(doc: dict, src: dict) -> tuple[float, float]:
+    """The wall-clock seconds a source's figures cover: its window, ending at its last report."""
+    end = doc["taken_at"] - src["age_s"]
+    return end - src["window_s"], end
 
 
 def source_of(doc: dict, pid: int) -> dict:

@@ -50,8 +50,11 @@ def _record_pid(piddir: str | None, seen: dict) -> None:
 
 class _FetchClock:
     """What the dataset itself measures in a worker: cumulative wall and CPU time spent in
-    __getitem__, written to `<dir>/t<worker id>.<pid>.json` at most every 50 ms — the ground truth
-    a test compares loadertop's fetch figures with (e.g. cpu_fraction on a busy machine)."""
+    __getitem__, appended as one JSON line to `<dir>/t<worker id>.<pid>.jsonl` at most every 50 ms —
+    the ground truth a test compares loadertop's fetch figures with (e.g. cpu_fraction on a busy
+    machine). A history, not only the latest value, so that a test can take the truth over the very
+    seconds a document covers: on a shared 2-core machine the CPU a worker gets changes from one
+    second to the next, and two intervals a second apart can differ by 0.2."""
 
     def __init__(self) -> None:
         self.pid = -1
@@ -61,17 +64,17 @@ class _FetchClock:
         if self.pid != pid:
             self.pid, self.wall, self.cpu, self.n, self.written = pid, 0, 0, 0, 0.0
             info = get_worker_info()
-            self.path = os.path.join(directory, f"t{info.id if info else 'main'}.{pid}.json")
+            self.path = os.path.join(directory, f"t{info.id if info else 'main'}.{pid}.jsonl")
         self.wall += wall_ns
         self.cpu += cpu_ns
         self.n += 1
         now = time.monotonic()
         if now - self.written >= 0.05:
             self.written = now
-            with open(self.path + ".tmp", "w") as fh:
+            # One short write in append mode: a reader sees whole lines, or a torn last one it skips.
+            with open(self.path, "a") as fh:
                 fh.write(f'{{"wall_ns": {self.wall}, "cpu_ns": {self.cpu}, "n": {self.n}, '
-                         f'"t": {time.time()}}}')
-            os.replace(self.path + ".tmp", self.path)
+                         f'"t": {time.time()}}}\n')
 
 
 class WorkloadDataset(Dataset):
