@@ -306,6 +306,11 @@ class LoaderRecord:
 
     def report(self, now_ns: int, sent_at: float, probe_cpu_fraction: float | None) -> wire.LoaderReport:
         self.drain()
+        if self._worker_procs and not self._worker_status:
+            # A new epoch's workers (attach cleared the last epoch's status): their liveness goes
+            # out in this report, not after the next 1 Hz sample, else each epoch's first second
+            # reads "alive: unknown" for every worker.
+            self.sample_workers()
         start = self._interval_start_ns
         blocked_since = self.in_next_since
         blocked_ms = None

@@ -64,3 +64,17 @@ def test_loop_cpu_while_blocked_is_low():
     assert record._q_waiting_wall >= 100_000_000
     assert record._q_waiting_cpu / record._q_waiting_wall < 0.2
     assert _thread_cpu_clock() is not None
+
+
+def test_a_new_epochs_workers_are_reported_alive_at_once():
+    # torch starts the workers in the iterator's __init__; the first report after it tells their
+    # liveness and pids, without waiting for the publisher's 1 Hz psutil sample.
+    loader = loadertop.instrument(
+        DataLoader(TensorDataset(torch.arange(64)), batch_size=4, num_workers=2), name="fresh")
+    record = loader._lt_record
+    it = iter(loader)
+    next(it)
+    report = record.report(time.perf_counter_ns(), time.time(), None)
+    assert [(w.id, w.alive) for w in report.workers] == [(0, True), (1, True)], report.workers
+    assert all(w.pid and w.exitcode is None for w in report.workers), report.workers
+    del it
