@@ -12,7 +12,10 @@ import signal
 import socket
 import time
 
+import psutil
 import pytest
+
+from loadertop import discovery
 
 from conftest import (
     SnapshotRun,
@@ -89,7 +92,14 @@ def fleet():
 
 def _doc(fleet, name: str) -> dict:
     rc, doc, _out, err = fleet["results"][name]
-    assert rc == 0, f"snapshot {name} exited {rc}: {err}"
+    if rc != 0:
+        wl = fleet["w"].get(name.split("_")[0])
+        seen = "" if wl is None else (
+            f"\nthe workload: alive {wl.alive()}, its directory {sorted(os.listdir(wl.dir))}, "
+            f"entries {[e.__dict__ for e in discovery.list_entries(wl.dir, alive_only=False)]}, "
+            f"created at {psutil.Process(wl.pid).create_time() if wl.alive() else None}, "
+            f"stderr {wl.stderr()[-2000:]}")
+        raise AssertionError(f"snapshot {name} exited {rc}: {err}{seen}")
     return doc
 
 
@@ -180,7 +190,11 @@ def test_cpu_burning_worker_has_high_cpu_fraction(fleet):
     # shared 2-core machine): then the measured truth says so and only the agreement counts.
     if truth >= 0.9:
         assert worker["cpu_fraction"] > 0.8, (worker, truth)
-    assert worker["cpu_percent"] is not None and worker["cpu_percent"] > 50, worker
+    # psutil's figure covers the last second only, loadertop's the window: they agree more loosely.
+    assert worker["cpu_percent"] is not None
+    assert worker["cpu_percent"] / 100 == pytest.approx(truth, abs=0.3), (worker, truth)
+    if truth >= 0.9:
+        assert worker["cpu_percent"] > 50, (worker, truth)
     # 20 ms of CPU per batch: the wall time is at least that
     assert worker["fetch_ms"]["p50"] >= 5 * BATCH * 0.95
     assert src["wait_fraction"] > 0.5  # no step: the loop mostly waits for the one worker
@@ -206,8 +220,10 @@ def test_killed_worker_shows_dead_with_signal_exit_code(fleet):
     # torch (2.13) ends the loop one of two ways, by timing: its SIGCHLD check raises "DataLoader
     # worker (pid N) is killed by signal: Killed." (RuntimeError); or, when the worker had already
     # queued its next batch, fetching that batch's shared-memory fd from the dead process fails
-    # first (ConnectionRefusedError, from multiprocessing's resource_sharer). Seen under load.
-    assert st["phase"] == "error" and st["error_type"] in ("RuntimeError", "ConnectionRefusedError"), st
+    # first (ConnectionRefusedError or ConnectionResetError, from multiprocessing's
+    # resource_sharer, as the dead process's socket is refused or torn down). Both seen under load.
+    assert st["phase"] == "error" and st["error_type"] in (
+        "RuntimeError", "ConnectionRefusedError", "ConnectionResetError"), st
     src = source_of(_doc(fleet, "killed"), wl.pid)
     pids = wl.worker_pids()
     by_id = {w["id"]: w for w in src["workers"]}

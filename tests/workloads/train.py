@@ -147,6 +147,11 @@ def main(argv=None) -> int:
             if time.monotonic() >= end_at or (args.batches and n >= args.batches):
                 break
     except Exception as exc:  # torch's "DataLoader worker ... exited unexpectedly" and kin
+        # torch (2.13) raises "worker ... killed by signal" from its SIGCHLD handler in the main
+        # thread for as long as the iterator lives (`exc` keeps it here). When the loop failed
+        # first on the dead worker's shared-memory fd (ConnectionResetError, seen under load), that
+        # signal comes later and would end this script mid-idle: the first error stands.
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
         status.write(force=True, phase="error", error=str(exc), error_type=type(exc).__name__,
                      batches=n)
         print(json.dumps({"error": str(exc)}), flush=True)
