@@ -72,7 +72,8 @@ def test_a_new_epochs_workers_are_reported_alive_at_once():
     loader = loadertop.instrument(
         DataLoader(TensorDataset(torch.arange(64)), batch_size=4, num_workers=2), name="fresh")
     record = loader._lt_record
-    it = iter(loader)
+    next(iter(loader))  # a first epoch: the publisher runs (its first 1 Hz sample is behind it)
+    it = iter(loader)  # the second epoch's new workers: attach() cleared the first epoch's status
     next(it)
     report = record.report(time.perf_counter_ns(), time.time(), None)
     assert [(w.id, w.alive) for w in report.workers] == [(0, True), (1, True)], report.workers
