@@ -118,10 +118,20 @@ GPU_UNDERUSED_PERCENT = 70.0
 # next(): the workers are ahead, the main process (receive, unpickle, collate, pin) is the limit.
 READY_WHEN_WAITING_MAIN_BOUND = 0.5
 READY_WHEN_WAITING_LEAVE = 0.4  # margin: leave main_process_bound only below this
-# ... unless the loop's thread was measured mostly off-CPU inside next(): then it was blocked on the
+# ... unless the loop's thread was measured off the CPU 3/4 of the time inside next(): blocked on the
 # next in-order batch (the "ready" ones arrived out of order or sit in a worker's send buffer) or
 # starved of CPU by busy workers — the workers or the CPU are the limit, not the main process.
-LOOP_CPU_MAIN_BOUND_MIN = 0.5
+LOOP_CPU_MAIN_BOUND_MIN = 0.25
+# Where stages are measured (CONTRACT §5) the split of the loop's wait decides, with the queue
+# samples above as a check (see `_main_bound_evidence`): main-process-bound when at least this
+# share of the wait came after the batch was produced (receiving, unpickling, pin_memory,
+# in-order waiting).
+HANDOFF_MAIN_BOUND = 0.5
+HANDOFF_LEAVE = 0.4  # margin: leave main_process_bound only below this
+# A handoff is "many small tensors" when a batch holds at least this many tensors averaging under
+# SMALL_TENSOR_BYTES: each crosses processes with its own shared-memory handle.
+MANY_TENSORS_PER_BATCH = 32
+SMALL_TENSOR_BYTES = 64 * 1024
 
 # The machine's CPU (or our workers' share of the cores available to us) is busy >= 90 %: every
 # core is in use and one more worker only time-slices with the others.
@@ -389,12 +399,17 @@ class _Facts:
         return self.source.state not in ("idle", "finished", "gone")
 
     def fetch_ms(self, key: str = "p50") -> float | None:
-        """Time to produce one batch: the workers' (weighted by batches), or the main process'."""
+        """Time to produce one batch — the items and the collate_fn: the workers' (weighted by
+        batches), or the main process'."""
         if not self.uses_workers:
             return _stat(self.source.loop.fetch_ms, key)
-        pairs = [(v, float(w.batches)) for w in self.workers
+        pairs = [(v + (_stat(w.collate_ms, key) or 0.0), float(w.batches)) for w in self.workers
                  if (v := _stat(w.fetch_ms, key)) is not None]
         return _weighted_mean(pairs)
+
+    def handoff_share(self) -> float | None:
+        split = self.source.stages.wait_split
+        return _finite(split.handoff) if split is not None else None
 
     def cpu_fraction(self) -> tuple[float | None, str]:
         """(CPU time / wall time while producing batches, where the figure comes from)."""
@@ -728,25 +743,15 @@ def _compute_bound_verdict(facts: _Facts) -> Verdict:
 # ---------------------------------------------------------------------------------------------
 
 def _input_bound_verdict(facts: _Facts, wait_line: str, previous: Category | None) -> Verdict:
-    src, sysd = facts.source, facts.system
+    sysd = facts.system
     waits = f"the loop waits {_pct(facts.wait_fraction)} of the time"
     gpu_lines = [f"GPU {g.index} util {_pct_value(u)} (starved)"
                  for g in _source_gpus(facts) if (u := _finite(g.util_percent)) is not None]
 
-    # main_process_bound: batches were ready while the loop still waited.
-    queue = src.queue
-    ready_when_waiting = _finite(queue.ready_when_waiting)
-    held = previous == MAIN_PROCESS_BOUND
-    ready_threshold = READY_WHEN_WAITING_LEAVE if held else READY_WHEN_WAITING_MAIN_BOUND
     saturation = _cpu_saturation(facts, previous)
-    loop_cpu = _finite(queue.loop_cpu_when_waiting)
-    loop_blocked = loop_cpu is not None and loop_cpu < LOOP_CPU_MAIN_BOUND_MIN
-    if (facts.uses_workers and ready_when_waiting is not None and ready_when_waiting >= ready_threshold
-            and not loop_blocked):
-        margin = (f", held until below {_pct(READY_WHEN_WAITING_LEAVE)}"
-                  if ready_when_waiting < READY_WHEN_WAITING_MAIN_BOUND else "")
-        evidence = [wait_line, f"a batch was ready in {_pct(ready_when_waiting)} of the samples while "
-                    f"the loop waited (threshold {_pct(READY_WHEN_WAITING_MAIN_BOUND)}{margin})"]
+    main_bound = _main_bound_evidence(facts, previous) if facts.uses_workers else None
+    if main_bound is not None:
+        evidence = [wait_line, *main_bound]
         advice = _main_process_advice(facts)
         if saturation is not None:
             evidence += saturation[0]
@@ -756,10 +761,12 @@ def _input_bound_verdict(facts: _Facts, wait_line: str, previous: Category | Non
                         f"{waits} although batches are ready: the main process is the limit",
                         evidence + gpu_lines, advice)
 
+    producing_lines = _producing_lines(facts)
     if saturation is not None:
         evidence, busy_text = saturation
         return _verdict(CPU_SATURATED, f"{waits} for data and every core is busy ({busy_text})",
-                        [wait_line, *evidence, *gpu_lines], _cpu_saturated_advice(facts))
+                        [wait_line, *producing_lines, *evidence, *gpu_lines],
+                        _cpu_saturated_advice(facts) + _stage_advice(facts))
 
     fraction, origin = facts.cpu_fraction()
     iowait = _finite(sysd.iowait_percent)
@@ -796,15 +803,100 @@ def _input_bound_verdict(facts: _Facts, wait_line: str, previous: Category | Non
         return _verdict(INPUT_BOUND_IO,
                         f"{waits} for data; {who} wait{'s' if not facts.uses_workers else ''} "
                         "on storage or network",
-                        [wait_line, fraction_line, *io_lines, *gpu_lines], _io_advice(facts))
-    evidence = [wait_line, fraction_line]
+                        [wait_line, *producing_lines, fraction_line, *io_lines, *gpu_lines],
+                        _io_advice(facts) + _stage_advice(facts))
+    evidence = [wait_line, *producing_lines, fraction_line]
     busy = _finite(sysd.cpu_percent)
     if busy is not None:
         cores_text = f" ({_cores(facts.cores)} available)" if facts.cores else ""
         evidence.append(f"CPU {_pct_value(busy)} busy{cores_text}")
     computes = "the workers compute" if facts.uses_workers else "the main process fetches itself"
     return _verdict(INPUT_BOUND_CPU, f"{waits} for data; {computes} and CPU is left",
-                    evidence + io_lines + gpu_lines, _cpu_advice(facts))
+                    evidence + io_lines + gpu_lines, _cpu_advice(facts) + _stage_advice(facts))
+
+
+def _main_bound_evidence(facts: _Facts, previous: Category | None) -> list[str] | None:
+    """Evidence that the main process is the limit, or None.
+
+    Where stages are known the measured split of the wait decides, and the queue samples ("a
+    batch was ready while the loop waited", vetoed when the loop's thread was off the CPU) must
+    not contradict it: when the main process is the limit the workers run ahead and batches pile
+    up. A long handoff with no batch waiting means the batches leave the workers late, not that
+    the loop is slow to take them — measured here: a worker computing in pure Python (holding the
+    GIL its queue's feeder thread needs) showed 75–100 % handoff, p50 about one whole fetch, and
+    no second batch ready in any sample; 4 CPU-burning workers and a busy loop on 2 cores showed
+    68 % handoff with the loop's thread off the CPU. Where the split is unknown (in_order=False,
+    an unknown torch layout) the queue samples decide alone.
+    """
+    held = previous == MAIN_PROCESS_BOUND
+    handoff = facts.handoff_share()
+    lines: list[str] = []
+    if handoff is not None:
+        threshold = HANDOFF_LEAVE if held else HANDOFF_MAIN_BOUND
+        if handoff < threshold:
+            return None
+        margin = (f", held until below {_pct(HANDOFF_LEAVE)}" if handoff < HANDOFF_MAIN_BOUND
+                  else "")
+        lines = [f"{_pct(handoff)} of the wait came after the batch was produced: handing it "
+                 f"to the loop (threshold {_pct(HANDOFF_MAIN_BOUND)}{margin})"]
+        handoff_ms = _stat(facts.source.stages.handoff_ms)
+        if handoff_ms is not None:
+            lines.append(f"handoff {_ms(handoff_ms)} per batch (p50)")
+    queue = facts.source.queue
+    ready_when_waiting = _finite(queue.ready_when_waiting)
+    if ready_when_waiting is None:
+        return lines or None  # no queue samples: the split alone, where there is one
+    ready_threshold = READY_WHEN_WAITING_LEAVE if held else READY_WHEN_WAITING_MAIN_BOUND
+    loop_cpu = _finite(queue.loop_cpu_when_waiting)
+    loop_blocked = loop_cpu is not None and loop_cpu < LOOP_CPU_MAIN_BOUND_MIN
+    if ready_when_waiting < ready_threshold or loop_blocked:
+        return None
+    margin = (f", held until below {_pct(READY_WHEN_WAITING_LEAVE)}"
+              if ready_when_waiting < READY_WHEN_WAITING_MAIN_BOUND else "")
+    return [*lines, f"a batch was ready in {_pct(ready_when_waiting)} of the samples while "
+            f"the loop waited (threshold {_pct(READY_WHEN_WAITING_MAIN_BOUND)}{margin})"]
+
+
+def _late_delivery(facts: _Facts) -> bool:
+    """Most of the wait came after production, yet the main process was not the limit (see
+    `_main_bound_evidence`): the batches leave the workers late."""
+    handoff = facts.handoff_share()
+    return facts.uses_workers and handoff is not None and handoff >= HANDOFF_MAIN_BOUND
+
+
+def _producing_lines(facts: _Facts) -> list[str]:
+    """An input-bound verdict's measured share: how much of the wait was for production."""
+    split = facts.source.stages.wait_split
+    handoff = facts.handoff_share()
+    producing = _finite(split.producing) if split is not None else None
+    if handoff is None or producing is None:
+        return []
+    if _late_delivery(facts):
+        ready = _finite(facts.source.queue.ready_when_waiting)
+        queue_text = (f"a second batch was ready in only {_pct(ready)} of the samples while the "
+                      "loop waited" if ready is not None else "the loop waited")
+        return [f"{_pct(handoff)} of the wait came after the batch was produced, yet "
+                f"{queue_text}: the batches leave the workers late"]
+    if facts.uses_workers:
+        return [f"{_pct(producing)} of the wait came before the batch was produced: "
+                "the workers are the limit"]
+    return [f"{_pct(producing)} of the wait went to fetching and collating in the loop"]
+
+
+def _stage_advice(facts: _Facts) -> list[str]:
+    """Name the stage that costs most of producing a batch, where it is not the fetch."""
+    stages = facts.source.stages
+    advice = []
+    if _late_delivery(facts):
+        advice.append("a finished batch waits in its worker until the worker's queue feeder thread "
+                      "can send it: per-item work in pure Python holds the GIL that thread needs "
+                      "(numpy / torch / PIL operations release it), and a busy CPU delays it too")
+    fetch, collate = _stat(stages.fetch_ms, "mean"), _stat(stages.collate_ms, "mean")
+    if fetch is None or collate is None or collate <= fetch:
+        return advice
+    return [*advice, f"collate_fn takes {_ms(collate)} per batch, more than getting the items "
+            f"({_ms(fetch)}): make it cheaper (stack arrays once with torch.stack or numpy, no "
+            "per-item Python work), or do the per-item part in the dataset's __getitem__"]
 
 
 def _cpu_saturation(facts: _Facts, previous: Category | None) -> tuple[list[str], str] | None:
@@ -875,11 +967,20 @@ def _cpu_saturated_advice(facts: _Facts) -> list[str]:
 
 def _main_process_advice(facts: _Facts) -> list[str]:
     config = facts.source.config
-    advice = ["more workers will not help: the main process receives, unpickles and collates "
-              "every batch",
-              "return fewer, larger tensors per batch (one stacked tensor instead of lists or dicts "
-              "of many small ones): each tensor crosses processes with its own shared-memory handle",
-              "make collate_fn cheaper: stack in the workers, avoid Python-object batches"]
+    stages = facts.source.stages
+    advice = ["more workers will not help: the main process receives and unpickles every batch"]
+    tensors, size = stages.tensors_per_batch, stages.bytes_per_batch
+    small_tensors = "return fewer, larger tensors per batch (one stacked tensor instead of lists or " \
+                    "dicts of many small ones): each tensor crosses processes with its own " \
+                    "shared-memory handle"
+    if tensors is not None and size is not None and tensors >= MANY_TENSORS_PER_BATCH \
+            and size / tensors < SMALL_TENSOR_BYTES:
+        advice.insert(0, f"a batch holds {tensors} tensors of {_bytes(size / tensors)} on average: "
+                         "the handoff pays per tensor (a shared-memory handle and a file descriptor "
+                         "each); stack them into a few large tensors in collate_fn")
+    else:
+        advice.append(small_tensors)
+    advice.append("use a cheap collate_fn: stack in the workers, avoid Python-object batches")
     if config.pin_memory:
         advice.append("pin_memory=True copies every batch in a thread of the main process: compare "
                       "with pin_memory=False")

@@ -92,7 +92,8 @@ class WorkerFigures(_Figures, frozen=True):
     cpu_percent: NonNegative | None  # of one core; above 100 with threads
     rss_bytes: Count | None
     batches: Count
-    fetch_ms: Stats | None
+    fetch_ms: Stats | None  # per batch, getting the items (collate_fn excluded)
+    collate_ms: Stats | None  # per batch, the collate_fn
     cpu_fraction: Fraction | None  # CPU time / wall time while producing batches
 
 
@@ -101,6 +102,34 @@ class LoopFigures(_Figures, frozen=True):
 
     fetch_ms: Stats | None
     cpu_fraction: Fraction | None
+
+
+class WaitSplit(_Figures, frozen=True):
+    """Of the loop's wait: the share before the batch it waited for was produced, and after."""
+
+    producing: Fraction
+    handoff: Fraction
+
+
+class StageFigures(_Figures, frozen=True):
+    """Where a batch's time goes (CONTRACT §5), over the window.
+
+    `fetch_ms` and `collate_ms` come from every batch a worker made (with `num_workers=0`, from one
+    batch per 10 ms timed in the loop). `handoff_ms` and `wait_split` rest on the batches the probe
+    could pair with the moment their worker produced them (`batches_paired`); `unpaired` says why
+    none could be (`in_order_false`, `iterable_ended`, `unreadable`, `lost_count`, `overflow`,
+    `inconsistent`) — the figures are then None, never a guess. `tensors_per_batch` and
+    `bytes_per_batch` describe a recently sampled batch (workers only).
+    """
+
+    fetch_ms: Stats | None
+    collate_ms: Stats | None
+    handoff_ms: Stats | None
+    wait_split: WaitSplit | None
+    batches_paired: Count
+    unpaired: str | None
+    tensors_per_batch: Count | None
+    bytes_per_batch: Count | None
 
 
 class Verdict(_Figures, frozen=True):
@@ -152,6 +181,7 @@ class SourceFigures(_Figures, frozen=True):
     window_s: NonNegative  # the time the window's reports cover
     dropped: Count  # reports lost on the way plus samples the probe dropped
     probe_cpu_fraction: NonNegative | None  # the shim's background thread, in cores
+    stages: StageFigures  # CONTRACT §5
 
 
 class Source(SourceFigures, frozen=True):

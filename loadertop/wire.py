@@ -86,9 +86,32 @@ class WorkerReport(msgspec.Struct, frozen=True):
     cpu_percent: Annotated[float, Meta(ge=0)] | None = None
     rss_bytes: Count | None = None
     batches: Count = 0  # batches this worker finished fetching during the interval
-    fetch_us: Samples = []  # per-batch fetch wall time (possibly decimated)
-    fetch_wall_ns: Count = 0  # exact sums over all `batches`, for cpu_fraction
+    fetch_us: Samples = []  # per batch: getting the items, collate_fn excluded (possibly decimated)
+    fetch_wall_ns: Count = 0  # exact sums over all `batches` (items and collate), for cpu_fraction
     fetch_cpu_ns: Count = 0
+    collate_us: Samples = []  # per batch: the collate_fn
+
+
+class StageReport(msgspec.Struct, frozen=True):
+    """Where the loop's wait went during one interval (CONTRACT §5).
+
+    With workers, each batch the loop received is paired with the stamp its worker took when the
+    batch was produced; ``handoff_us`` and the two sums cover the paired batches only.
+    ``unpaired`` says why no batch could be paired (``in_order_false``, ``iterable_ended``,
+    ``unreadable``, ``overflow``) — the viewer then shows ``null``, never a guess. With
+    ``num_workers=0`` the loop fetches itself: one batch per ``LOOP_CPU_SAMPLE_NS`` is timed
+    stage by stage, and ``fetch_us``/``collate_us`` hold those samples.
+    """
+
+    paired: Count = 0
+    producing_ns: Count = 0  # of the paired batches' waits: before the batch was produced
+    handoff_ns: Count = 0  # ... and after
+    handoff_us: Samples = []
+    fetch_us: Samples = []  # num_workers=0 only (workers report theirs in WorkerReport)
+    collate_us: Samples = []
+    unpaired: ShortText | None = None
+    batch_tensors: Count | None = None  # the latest sampled batch: how many tensors it holds
+    batch_bytes: Count | None = None  # ... and their bytes
 
 
 class LoaderReport(msgspec.Struct, frozen=True, tag="loader"):
@@ -121,6 +144,7 @@ class LoaderReport(msgspec.Struct, frozen=True, tag="loader"):
     loop_fetch_cpu_ns: Count = 0
     dropped: Count = 0  # messages or samples the probe knows it lost, cumulative
     probe_cpu_fraction: Fraction | None = None
+    stages: StageReport | None = None
 
 
 class GpuProcess(msgspec.Struct, frozen=True):
@@ -185,14 +209,27 @@ class Goodbye(msgspec.Struct, frozen=True, tag="bye"):
 
 
 class WorkerSample(msgspec.Struct, frozen=True, tag="wsample", array_like=True):
-    """Worker process -> its own main process (PUSH/PULL, never to viewers): one fetched batch."""
+    """Worker process -> its own main process (PUSH/PULL, never to viewers): one fetched batch.
+
+    ``generation`` counts the fetchers this worker process has made (torch makes a new one per
+    epoch of persistent workers) and ``seq`` the batches of this fetcher: with the worker's pid
+    they name the task, so the main process can pair ``done_ns`` with the loop's receive stamp.
+    ``ended`` marks the fetch that found an iterable dataset exhausted (no timing then).
+    """
 
     source: Text
     worker_id: Count
     pid: Pid
-    fetch_ns: Count
+    fetch_ns: Count  # the whole batch: items and collate
     cpu_ns: Count
     dropped: Count = 0  # samples this worker could not send before this one
+    collate_ns: Count = 0
+    done_ns: Count = 0  # perf_counter_ns() when the batch was produced (CLOCK_MONOTONIC)
+    generation: Count = 0
+    seq: Count = 0
+    ended: bool = False
+    tensors: Count | None = None  # sampled now and then: tensors in the batch and their bytes
+    tensor_bytes: Count | None = None
 
 
 Message = LoaderReport | SystemReport | Goodbye

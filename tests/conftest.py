@@ -393,6 +393,18 @@ def check_source(src: Source, where: str = "source") -> None:
             assert w.exitcode is None, f"{ww}: a live worker with an exit code"
         assert w.rss_bytes is None or w.rss_bytes > 0, ww
         _stats(w.fetch_ms, f"{ww}.fetch_ms")
+        _stats(w.collate_ms, f"{ww}.collate_ms")
+    st = src.stages
+    for name in ("fetch_ms", "collate_ms", "handoff_ms"):
+        _stats(getattr(st, name), f"{where}.stages.{name}")
+    if st.wait_split is not None:
+        total = st.wait_split.producing + st.wait_split.handoff
+        assert abs(total - 1.0) < 1e-6, f"{where}.stages.wait_split adds up to {total}"
+        assert st.batches_paired > 0, f"{where}.stages: a split resting on no batch"
+    if st.batches_paired == 0:
+        assert st.wait_split is None and st.handoff_ms is None, f"{where}.stages: figures unpaired"
+    else:
+        assert st.unpaired is None, f"{where}.stages: paired batches and a reason for none"
     ids = [w.id for w in src.workers]
     assert len(ids) == len(set(ids)), f"{where}: duplicate worker ids {ids}"
     assert src.diagnosis.summary and "\n" not in src.diagnosis.summary, f"{where}.diagnosis"

@@ -117,8 +117,10 @@ def wobble(i: int) -> float:
 class WorkerSim:
     """One DataLoader worker process."""
 
-    fetch_p50_ms: float = 90.0
+    fetch_p50_ms: float = 90.0  # getting the items (collate_fn excluded)
     fetch_p95_ms: float = 118.0
+    collate_p50_ms: float = 4.0  # the collate_fn (default_collate stacking 64 images)
+    collate_p95_ms: float = 6.0
     cpu_fraction: float = 0.93  # CPU time / wall time while producing a batch
     cpu_percent: float | None = 94.0  # of one core
     rss_bytes: int | None = 410 * MIB
@@ -134,6 +136,13 @@ class LoaderSim:
     (`wait_p50_ms`/`wait_p95_ms`, their share of wall time `wait_fraction`), the step, the queue,
     the workers. `blocked_ms` set: the loop is inside next() since that long (at `Scenario.end`)
     and delivers nothing; `idle`: the loop does not iterate this loader now.
+
+    Stages (CONTRACT §5): each batch's wait ends with its handoff (`handoff_p50_ms`/`_p95_ms`,
+    receiving, unpickling, pin_memory; never more than the wait itself), the rest of the wait is
+    the batch still being produced — so the split follows the waits, as it does in a real loop.
+    `handoff_share` sets the split outright; `unpaired` (e.g. "in_order_false") makes it unknown:
+    the probe pairs no batch and says why. With no workers the loop fetches itself and the probe
+    times the stages of its batches (`loop_collate_p50_ms`/`_p95_ms` of each wait is collate_fn).
     """
 
     name: str = "train"
@@ -164,6 +173,14 @@ class LoaderSim:
         WorkerSim(fetch_p50_ms=90.0 + 2 * i, fetch_p95_ms=118.0 + 3 * i, cpu_percent=94.0 + i,
                   rss_bytes=(400 + 12 * i) * MIB) for i in range(4)])
     loop_fetch_cpu_fraction: float = 0.96  # num_workers=0: the main process fetches
+    loop_collate_p50_ms: float = 2.5  # ... and collates
+    loop_collate_p95_ms: float = 3.5
+    handoff_p50_ms: float = 0.06  # per batch: from produced-and-asked-for to the loop having it
+    handoff_p95_ms: float = 0.5
+    handoff_share: float | None = None  # of the wait, the share after the batch was produced
+    unpaired: str | None = None  # no batch could be paired, for this reason (CONTRACT §5)
+    batch_tensors: int | None = 2  # a sampled batch: images and labels ...
+    batch_bytes: int | None = 64 * 3 * 224 * 224 * 4 + 64 * 8  # ... float32, 36.8 MiB
     worker_pid_base: int | None = None  # default pid + 10 (a second loader's workers: say so)
     blocked_ms: float | None = None
     idle: bool = False
@@ -231,13 +248,15 @@ class LoaderSim:
             # torch hands out batches round-robin: batch j of the run goes to worker j % n.
             done = sum(1 for j in range(self._dealt, self._dealt + batches) if j % n == wid)
             fetch = _us(spread(w.fetch_p50_ms * drift, w.fetch_p95_ms * drift, done))
-            wall = sum(fetch) * 1000
+            collate = _us(spread(w.collate_p50_ms * drift, w.collate_p95_ms * drift, done))
+            wall = (sum(fetch) + sum(collate)) * 1000  # a batch's whole time: items and collate
             workers.append(wire.WorkerReport(
                 id=wid, pid=self.worker_pid(wid), alive=w.alive, exitcode=w.exitcode,
                 cpu_percent=None if w.cpu_percent is None else w.cpu_percent * drift,
                 rss_bytes=w.rss_bytes, batches=done if w.alive else 0,
                 fetch_us=fetch if w.alive else [], fetch_wall_ns=wall if w.alive else 0,
-                fetch_cpu_ns=round(wall * w.cpu_fraction) if w.alive else 0))
+                fetch_cpu_ns=round(wall * w.cpu_fraction) if w.alive else 0,
+                collate_us=collate if w.alive else []))
         loop_wall = sum(waits) * 1000 if not n else 0
         self._dealt += batches
         self.batches_total += batches
@@ -249,9 +268,36 @@ class LoaderSim:
             step_ns=sum(steps) * 1000, wait_us=waits, step_us=steps, blocked_ms=blocked,
             queue=queue, workers=workers, loop_fetch_us=waits if not n else [],
             loop_fetch_wall_ns=loop_wall, loop_fetch_cpu_ns=round(loop_wall * self.loop_fetch_cpu_fraction),
-            probe_cpu_fraction=self.probe_cpu_fraction)
+            probe_cpu_fraction=self.probe_cpu_fraction, stages=self._stages(waits, wait_ns, drift))
         self.seq += 1
         return msg
+
+    def _stages(self, waits: list[int], wait_ns: int, drift: float) -> wire.StageReport | None:
+        """The interval's StageReport: every batch received is paired (or none, `unpaired`)."""
+        n = len(self.workers)
+        if self.unpaired is not None or not waits:
+            if not n:
+                return None  # num_workers=0 with nothing timed: the probe sends no stages
+            return wire.StageReport(unpaired=self.unpaired, batch_tensors=self.batch_tensors,
+                                    batch_bytes=self.batch_bytes)
+        if self.handoff_share is not None:
+            handoff = [round(w * self.handoff_share) for w in waits]
+        else:
+            costs = _us(spread(self.handoff_p50_ms * drift, self.handoff_p95_ms * drift, len(waits)))
+            handoff = [min(w, h) for w, h in zip(waits, costs)]
+        share = self.handoff_share if self.handoff_share is not None else sum(handoff) / max(1, sum(waits))
+        handoff_ns = round(wait_ns * share)
+        split = dict(paired=len(waits), producing_ns=wait_ns - handoff_ns, handoff_ns=handoff_ns,
+                     handoff_us=handoff)
+        if n:
+            return wire.StageReport(**split, batch_tensors=self.batch_tensors,
+                                    batch_bytes=self.batch_bytes)
+        # num_workers=0: the loop's wait is its own fetch, collate and handoff, timed per batch.
+        collate = _us(spread(self.loop_collate_p50_ms * drift, self.loop_collate_p95_ms * drift,
+                             len(waits)))
+        collate = [min(c, w - h) for c, w, h in zip(collate, waits, handoff)]
+        fetch = [w - h - c for w, h, c in zip(waits, handoff, collate)]
+        return wire.StageReport(**split, fetch_us=fetch, collate_us=collate)
 
 
 # --------------------------------------------------------------------------- the machine
@@ -550,6 +596,30 @@ def multi_source_doc() -> Document:
         machines.append(MachineSim(host=host, cpu_percent=31.0 if rank == 0 else 44.0,
                                    gpus=[GpuSim(util=96.0 if rank == 0 else 71.0, pids=(pid,))]))
     return _one(loaders, machines)
+
+
+def main_process_bound_doc() -> Document:
+    """4 workers keep up easily (12 ms a batch each) but every batch is a list of 1024 small
+    tensors: receiving them costs the main process ~11 ms a batch, so the loop waits 40 % of the
+    time with batches ready — 85 % of that wait after the batch was produced (main-process-bound)."""
+    workers = [WorkerSim(fetch_p50_ms=11.0 + 0.5 * i, fetch_p95_ms=14.0 + 0.5 * i, collate_p50_ms=0.6,
+                         collate_p95_ms=0.9, cpu_fraction=0.91, cpu_percent=31.0 + i,
+                         rss_bytes=(610 + 9 * i) * MIB) for i in range(4)]
+    loader = LoaderSim(workers=workers, batches_per_s=30.2, wait_fraction=0.4, wait_p50_ms=12.6,
+                       wait_p95_ms=19.5, step_p50_ms=20.1, step_p95_ms=21.4, ready=6, in_flight=2,
+                       ready_mean=5.2, in_flight_mean=2.4, ready_when_waiting=0.81,
+                       handoff_p50_ms=10.8, handoff_p95_ms=16.0, batch_tensors=1024,
+                       batch_bytes=1024 * 24 * 1024, dataset="PointCloudShards", pin_memory=False)
+    machine = MachineSim(cpu_percent=34.0, gpus=[GpuSim(util=52.0, power_w=231.0)])
+    return _one([loader], [machine])
+
+
+def unpaired_doc(reason: str = "in_order_false") -> Document:
+    """The I/O-bound loop of `io_bound_doc`, with a DataLoader the probe cannot pair batches of
+    (in_order=False): the split of the wait is unknown and says why."""
+    loader = _io_loader()
+    loader.unpaired = reason
+    return _one([loader], [_io_machine()])
 
 
 def main_process_doc() -> Document:

@@ -119,13 +119,21 @@ def phase_command_line(phase_seconds: float, phases: tuple[Phase, ...]) -> list[
     return ["--phase-seconds", repr(phase_seconds), "--phases", ",".join(p.name for p in phases)]
 
 
+_BLOCK = bytes(64 * 1024)
+
+
 def burn_cpu(seconds: float) -> None:
-    """Use `seconds` of this thread's CPU time (wall time stretches when cores are contended)."""
+    """Use `seconds` of this thread's CPU time (wall time stretches when cores are contended).
+
+    The work is sha256 over 64 KiB blocks (~0.1 ms each), which releases the GIL as real transforms
+    do (image decoding, torch ops). A pure-Python spin would hold it, and starve the worker's queue
+    feeder thread: each finished batch would reach the loop tens of ms late, a handoff the viewer
+    rightly shows — and calls main_process_bound — though real loaders rarely have it."""
+    import hashlib
+
     end = time.thread_time() + seconds
-    x = 1.0001
     while time.thread_time() < end:
-        for _ in range(200):
-            x = x * 1.0000001 + 1e-9
+        hashlib.sha256(_BLOCK).digest()
 
 
 class _Renice:

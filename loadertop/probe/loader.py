@@ -60,8 +60,10 @@ class _InstrumentedIterator:
 
 
 class _SingleProcessIterator(_InstrumentedIterator):
-    """num_workers=0: the loop itself fetches, so its fetch CPU time is sampled here — at most
-    once per LOOP_CPU_SAMPLE_NS, because a thread CPU-clock read is a syscall (~0.8 µs here)."""
+    """num_workers=0: the loop itself fetches, so at most once per LOOP_CPU_SAMPLE_NS one batch is
+    measured in detail — its fetch CPU time (a thread CPU-clock read is a syscall, ~0.8 µs here)
+    and its stages: for that one batch `_StageProbe` stands in for the fetcher's `fetch` and
+    `collate_fn` attributes. Every other batch takes the plain hot path."""
 
     __slots__ = ("_next_cpu_sample",)
 
@@ -84,18 +86,71 @@ class _SingleProcessIterator(_InstrumentedIterator):
         return batch
 
     def _sampled_next(self, t0: int):
+        probe = _StageProbe.install(self._inner)
         c0 = _thread_cpu()
         try:
             batch = self._next()
         except BaseException:
             self._append(0)
             raise
+        finally:
+            if probe is not None:
+                probe.remove()
         c1 = _thread_cpu()
         t1 = _clock()
         self._append(-t1)
-        self._rec.loop_samples.append((t1 - t0, c1 - c0))
+        fetch = collate = produced = None
+        if probe is not None and probe.fetch_end:
+            collate = probe.collate_ns
+            fetch = probe.fetch_end - probe.fetch_start - collate
+            produced = probe.fetch_end - t0
+        self._rec.loop_samples.append((t1 - t0, c1 - c0, fetch, collate, produced))
         self._next_cpu_sample = t1 + LOOP_CPU_SAMPLE_NS
         return batch
+
+
+class _StageProbe:
+    """Times one batch of a single-process iterator stage by stage.
+
+    torch 2.13 `_SingleProcessDataLoaderIter._next_data` calls `self._dataset_fetcher.fetch(index)`,
+    which calls `self.collate_fn(data)`; both are looked up on the fetcher (torch's own object,
+    made per iterator) at each call, so instance attributes set here take effect for this batch
+    and are removed right after. The user's `collate_fn` runs once, its result and exceptions
+    pass through untouched.
+    """
+
+    __slots__ = ("fetcher", "collate_fn", "fetch_start", "fetch_end", "collate_ns")
+
+    @classmethod
+    def install(cls, iterator) -> _StageProbe | None:
+        fetcher = getattr(iterator, "_dataset_fetcher", None)
+        if fetcher is None or not hasattr(fetcher, "collate_fn") or "fetch" in vars(fetcher):
+            return None
+        return cls(fetcher)
+
+    def __init__(self, fetcher) -> None:
+        self.fetcher = fetcher
+        self.collate_fn = fetcher.collate_fn
+        self.fetch_start = self.fetch_end = self.collate_ns = 0
+        fetcher.fetch = self.fetch
+        fetcher.collate_fn = self.collate
+
+    def fetch(self, possibly_batched_index):
+        self.fetch_start = _clock()
+        data = type(self.fetcher).fetch(self.fetcher, possibly_batched_index)
+        self.fetch_end = _clock()
+        return data
+
+    def collate(self, data):
+        k0 = _clock()
+        batch = self.collate_fn(data)
+        self.collate_ns = _clock() - k0
+        return batch
+
+    def remove(self) -> None:
+        fetcher = self.fetcher
+        fetcher.__dict__.pop("fetch", None)
+        fetcher.collate_fn = self.collate_fn
 
 
 def instrumented_iter(loader, record: LoaderRecord, endpoint: str | None, original_iter=iter):

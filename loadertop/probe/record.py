@@ -23,10 +23,44 @@ from loadertop.probe import torch_internals
 EVENTS_MAXLEN = 1 << 16  # ~65k batches between drains (50 Hz) before the oldest are lost
 LOOP_CPU_SAMPLE_NS = 10_000_000  # num_workers=0: measure the loop's fetch CPU every >= 10 ms
 EPOCH_MARK = None
+# Pairing a received batch with its worker's "produced" stamp waits this long after the loop had
+# it, so the worker's sample (sent before the batch was queued, over another socket) has surely
+# arrived, and an iterable worker's "ran out" notice has too (see EpochPairing).
+PAIR_GRACE_NS = 50_000_000
+PAIR_GIVE_UP_NS = 5_000_000_000  # a worker's stamp no receipt claimed (a broken-off epoch): dropped
+PAIR_MAX_PENDING = 1 << 16
+
+
+class EpochPairing:
+    """How to name the task behind the loop's c-th batch of one epoch (publisher thread only).
+
+    torch 2.13 `_MultiProcessingDataLoaderIter`: `_try_put_index` sends task `_send_idx` to the next
+    worker of `itertools.cycle(range(num_workers))` that is still active, `_reset` restarts both
+    the count and the cycle each epoch, and with `in_order=True` the loop is given task
+    `_rcvd_idx`, counting up. So for a map-style dataset the c-th batch of an epoch is task c,
+    and task c is the (c // W)-th batch of worker c % W. An iterable dataset's worker that runs out
+    (task e) is skipped from then on: batches from c = e on can no longer be named and stay
+    unpaired. With `in_order=False` batches come in completion order: nothing is paired.
+    """
+
+    __slots__ = ("pids", "generation", "iterable", "limit", "unpaired", "received")
+
+    def __init__(self, pids: list[int | None], generation: int, iterable: bool,
+                 unpaired: str | None) -> None:
+        self.pids = pids
+        self.generation = generation
+        self.iterable = iterable
+        self.limit: int | None = None  # the first task index that can no longer be named
+        self.unpaired = unpaired
+        self.received = 0
+
+    def key(self, c: int) -> tuple[int | None, int, int]:
+        w = len(self.pids)
+        return self.pids[c % w], self.generation, c // w
 
 
 class _WorkerAccum:
-    __slots__ = ("pid", "batches", "fetch_us", "wall_ns", "cpu_ns", "dropped")
+    __slots__ = ("pid", "batches", "fetch_us", "collate_us", "wall_ns", "cpu_ns", "dropped")
 
     def __init__(self) -> None:
         self.pid: int | None = None
@@ -36,6 +70,7 @@ class _WorkerAccum:
     def reset(self) -> None:
         self.batches = 0
         self.fetch_us: list[int] = []
+        self.collate_us: list[int] = []
         self.wall_ns = 0
         self.cpu_ns = 0
 
@@ -45,8 +80,11 @@ class LoaderRecord:
                  command: str, process_started_at: float) -> None:
         # --- written by the training thread ---
         self.events: deque = deque(maxlen=EVENTS_MAXLEN)  # t0 > 0, -t1 < 0, 0, or EPOCH_MARK
-        self.loop_samples: deque = deque(maxlen=4096)  # (wall_ns, cpu_ns), num_workers=0
+        # num_workers=0, one batch per LOOP_CPU_SAMPLE_NS: (wall, cpu, fetch, collate, produced)
+        # in ns, `produced` counted from next()'s entry; fetch/collate None where unmeasured.
+        self.loop_samples: deque = deque(maxlen=4096)
         self._iterator_ref = None
+        self._pairings: deque = deque(maxlen=64)  # one EpochPairing per EPOCH_MARK, in order
         # --- identity ---
         self.name = name
         self.source = source
@@ -73,10 +111,19 @@ class LoaderRecord:
         self.retired_since: float | None = None  # set by the publisher while the loader is dead
         self._loop_cpu_clock: int | None = None  # CPU clock of the thread that iterates
         self._waiting_mark: tuple[int, int, int] | None = None  # (t0 of next(), wall, cpu)
+        # --- stage pairing (publisher thread) ---
+        self._generation = 0
+        self._pairing: EpochPairing | None = None
+        self._recent_pairings: dict[tuple[int | None, int], EpochPairing] = {}
+        self._done: dict[tuple[int | None, int, int], int] = {}  # task key -> produced stamp
+        self._receipts: deque = deque()  # (pairing, c, t0, t1) waiting for their worker sample
+        self._tensors: tuple[int, int] | None = None
+        self._count_mismatch = False
 
     # ------------------------------------------------------------ training thread (not hot)
     def attach(self, iterator) -> None:
         """A new epoch's iterator: called from the loader's __iter__, never per batch."""
+        same_iterator = self.iterator is iterator  # persistent workers: one iterator, reset
         self._iterator_ref = _weak(iterator)
         # torch starts the workers in the iterator's __init__: remember them now, not at the next
         # 1 Hz sample, or a worker that dies (and takes the iterator with it) within the first
@@ -93,7 +140,31 @@ class LoaderRecord:
                 self.config = wire.LoaderConfig(**torch_internals.loader_config(loader))
             except Exception:
                 pass
+        # A persistent worker makes a new fetcher per epoch (a new "generation" of its batch
+        # count); new workers start at generation 0.
+        self._generation = self._generation + 1 if same_iterator else 0
+        pairing = self._epoch_pairing(iterator)
+        if pairing is not None:
+            # Registered here, before any batch, so an iterable worker's "ran out" notice always
+            # finds its epoch (the publisher thread only reads this dict).
+            recent = self._recent_pairings
+            for pid in pairing.pids:
+                recent[(pid, pairing.generation)] = pairing
+            while len(recent) > 256:
+                del recent[next(iter(recent))]
+        self._pairings.append(pairing)
         self.events.append(EPOCH_MARK)
+
+    def _epoch_pairing(self, iterator) -> EpochPairing | None:
+        if self.config.num_workers == 0:
+            return None
+        pids = [pid for _, pid, _ in self._worker_procs]
+        unpaired = None
+        if getattr(iterator, "_in_order", True) is False:
+            unpaired = "in_order_false"
+        elif len(pids) != self.config.num_workers or None in pids:
+            unpaired = "unreadable"
+        return EpochPairing(pids, self._generation, self.config.iterable, unpaired)
 
     def alive(self) -> bool:
         """False once the loader is garbage-collected and no iterator of it remains."""
@@ -122,6 +193,12 @@ class LoaderRecord:
         self._loop_us: list[int] = []
         self._loop_wall = 0
         self._loop_cpu = 0
+        self._paired = 0
+        self._producing_ns = 0
+        self._handoff_ns = 0
+        self._handoff_samples: list[int] = []
+        self._stage_fetch: list[int] = []  # num_workers=0, ns
+        self._stage_collate: list[int] = []
 
     def drain(self) -> None:
         """Turn the training thread's stamps into waits and steps.
@@ -136,16 +213,31 @@ class LoaderRecord:
         if n:
             if n == EVENTS_MAXLEN:
                 self.dropped += 1  # the deque may have overflowed: samples were lost
+                self._break_pairing("overflow")  # the batch count of this epoch is lost
             pop = events.popleft
             chunk = [pop() for _ in range(n)]
             if EPOCH_MARK in chunk or 0 in chunk or not self._drain_alternating(chunk):
                 self._drain_each(chunk)
         loop = self.loop_samples
         while loop:
-            wall, cpu = loop.popleft()
+            wall, cpu, fetch, collate, produced = loop.popleft()
             self._loop_us.append(wall // 1000)
             self._loop_wall += wall
             self._loop_cpu += cpu
+            if fetch is not None and produced is not None:
+                self._stage_fetch.append(fetch)
+                self._stage_collate.append(collate)
+                self._add_split(produced, wall - produced)
+
+    def _add_split(self, producing_ns: int, handoff_ns: int) -> None:
+        self._paired += 1
+        self._producing_ns += producing_ns
+        self._handoff_ns += handoff_ns
+        self._handoff_samples.append(handoff_ns)
+
+    def _break_pairing(self, reason: str) -> None:
+        if self._pairing is not None and self._pairing.unpaired is None:
+            self._pairing.unpaired = reason
 
     def _drain_alternating(self, chunk: list[int]) -> bool:
         """Bulk path for [t0, -t1, t0, -t1, ...]; False (nothing consumed) if the chunk isn't so."""
@@ -168,7 +260,22 @@ class LoaderRecord:
             steps.insert(0, t0s[0] - self._prev_t1)
         self._prev_t1 = t1s[-1]
         self._record(waits, steps, t0s[0])
+        self._receive(t0s, t1s)
         return True
+
+    def _receive(self, t0s: list[int], t1s: list[int]) -> None:
+        """Note the batches the loop received, in order, for pairing with their workers' stamps."""
+        pairing = self._pairing
+        if pairing is None:
+            return
+        c = pairing.received
+        pairing.received = c + len(t0s)
+        if pairing.unpaired is not None:
+            return
+        if len(self._receipts) + len(t0s) > PAIR_MAX_PENDING:
+            self._break_pairing("overflow")
+            return
+        self._receipts.extend(zip([pairing] * len(t0s), range(c, c + len(t0s)), t0s, t1s))
 
     def _drain_each(self, chunk: list) -> None:
         waits: list[int] = []
@@ -179,6 +286,7 @@ class LoaderRecord:
                 self._prev_t1 = None  # the gap between epochs is not a training step
                 self.in_next_since = None
                 self.epoch += 1
+                self._next_pairing()
             elif stamp > 0:
                 self.in_next_since = stamp
             elif stamp < 0 and self.in_next_since is not None:
@@ -190,10 +298,18 @@ class LoaderRecord:
                 if self._prev_t1 is not None and t0 >= self._prev_t1:
                     steps.append(t0 - self._prev_t1)
                 self._prev_t1 = t1
+                self._receive([t0], [t1])
             else:  # left next() by an exception (or an exit whose entry was lost)
+                # Not counted as a received batch: StopIteration is not one, and where torch did
+                # count a task (a worker's exception re-raised) the cross-check with its
+                # `_rcvd_idx` (`_check_received`) stops the epoch's pairing instead.
                 self.in_next_since = None
         if waits:
             self._record(waits, steps, first_t0)
+
+    def _next_pairing(self) -> None:
+        self._pairing = self._pairings.popleft() if self._pairings else None
+        self._count_mismatch = False
 
     def _record(self, waits_ns: list[int], steps_ns: list[int], first_t0: int) -> None:
         self._batches += len(waits_ns)
@@ -224,6 +340,8 @@ class LoaderRecord:
         if depth is None:
             return
         self._q_last = depth
+        if not in_next:
+            self._check_received(it)
         self._q_samples += 1
         self._q_ready_sum += depth.ready
         self._q_flight_sum += depth.in_flight
@@ -260,7 +378,34 @@ class LoaderRecord:
             self._q_waiting_cpu += max(0, cpu - mark[2])
         self._waiting_mark = (since, wall, cpu)
 
+    def _check_received(self, it) -> None:
+        """Cross-check our count of the epoch's batches with torch's own `_rcvd_idx` while the
+        loop is outside next(). A difference twice running (one could be the loop having moved
+        on between our drain and this read) means the count is off: pair nothing more this
+        epoch rather than pair wrongly. `_rcvd_idx` is 0 between a persistent iterator's reset
+        and our `attach`: not a difference."""
+        pairing = self._pairing
+        if pairing is None or pairing.unpaired is not None or pairing.limit is not None:
+            return
+        try:
+            rcvd = int(it._rcvd_idx)
+        except (AttributeError, TypeError, ValueError):
+            return
+        if rcvd == 0 or rcvd == pairing.received:
+            self._count_mismatch = False
+        elif self._count_mismatch:
+            pairing.unpaired = "lost_count"
+        else:
+            self._count_mismatch = True
+
     def add_worker_sample(self, sample: wire.WorkerSample) -> None:
+        key = (sample.pid, sample.generation, sample.seq)
+        if sample.ended:
+            pairing = self._recent_pairings.get((sample.pid, sample.generation))
+            if pairing is not None:
+                task = sample.seq * len(pairing.pids) + pairing.pids.index(sample.pid)
+                pairing.limit = task if pairing.limit is None else min(pairing.limit, task)
+            return
         acc = self._workers.get(sample.worker_id)
         if acc is None:
             if len(self._workers) >= wire.MAX_WORKERS:
@@ -268,8 +413,14 @@ class LoaderRecord:
             acc = self._workers[sample.worker_id] = _WorkerAccum()
         acc.pid = sample.pid
         acc.batches += 1
+        collate_ns = min(sample.collate_ns, sample.fetch_ns)
         if len(acc.fetch_us) < wire.MAX_SAMPLES:
-            acc.fetch_us.append(sample.fetch_ns // 1000)
+            acc.fetch_us.append((sample.fetch_ns - collate_ns) // 1000)
+            acc.collate_us.append(collate_ns // 1000)
+        if sample.done_ns and len(self._done) < PAIR_MAX_PENDING:
+            self._done[key] = sample.done_ns
+        if sample.tensors is not None and sample.tensor_bytes is not None:
+            self._tensors = (sample.tensors, sample.tensor_bytes)
         acc.wall_ns += sample.fetch_ns
         acc.cpu_ns += sample.cpu_ns
         acc.dropped = sample.dropped
@@ -304,8 +455,62 @@ class LoaderRecord:
                 del self._psutil[pid]
         self._worker_status = status
 
+    def match_stages(self, now_ns: int) -> None:
+        """Pair each received batch (older than PAIR_GRACE_NS) with its worker's produced stamp.
+
+        Of the loop's wait for a batch, the part before the batch was produced is `producing`
+        (the workers were the limit), the part after is `handoff` (moving it to this process,
+        unpickling, pin_memory, waiting for earlier batches in order).
+        """
+        receipts = self._receipts
+        done = self._done
+        ripe = now_ns - PAIR_GRACE_NS
+        while receipts and receipts[0][3] <= ripe:
+            pairing, c, t0, t1 = receipts[0]
+            if pairing.unpaired is not None or (pairing.limit is not None and c >= pairing.limit):
+                receipts.popleft()
+                continue
+            receipts.popleft()
+            produced = done.pop(pairing.key(c), None)
+            if produced is None:
+                # The worker sends its sample before it queues the batch, and the publisher reads
+                # the samples just before this: a sample missing PAIR_GRACE_NS after the loop had
+                # the batch was lost (a worker's send buffer full): this batch stays unpaired.
+                continue
+            if produced > t1:  # cannot be: a batch received before it was produced
+                self._break_pairing("inconsistent")
+                continue
+            start = max(produced, t0)
+            self._add_split(start - t0, t1 - start)
+        # Stamps nobody will claim: a broken-off epoch's prefetched batches, lost receipts.
+        stale = now_ns - PAIR_GIVE_UP_NS
+        while done:
+            first = next(iter(done))
+            if done[first] > stale:
+                break
+            del done[first]
+
+    def stage_report(self) -> wire.StageReport | None:
+        if self.config.num_workers == 0:
+            if not self._paired:
+                return None
+            return wire.StageReport(
+                paired=self._paired, producing_ns=self._producing_ns, handoff_ns=self._handoff_ns,
+                handoff_us=_micros(wire.decimate(self._handoff_samples)),
+                fetch_us=_micros(wire.decimate(self._stage_fetch)),
+                collate_us=_micros(wire.decimate(self._stage_collate)))
+        pairing = self._pairing
+        tensors, size = self._tensors if self._tensors is not None else (None, None)
+        return wire.StageReport(
+            paired=self._paired, producing_ns=self._producing_ns, handoff_ns=self._handoff_ns,
+            handoff_us=_micros(wire.decimate(self._handoff_samples)),
+            unpaired=pairing.unpaired if pairing is not None and not self._paired else None,
+            batch_tensors=tensors, batch_bytes=size)
+
     def report(self, now_ns: int, sent_at: float, probe_cpu_fraction: float | None) -> wire.LoaderReport:
         self.drain()
+        if self.config.num_workers:
+            self.match_stages(now_ns)
         if self._worker_procs and not self._worker_status:
             # A new epoch's workers (attach cleared the last epoch's status): their liveness goes
             # out in this report, not after the next 1 Hz sample, else each epoch's first second
@@ -344,7 +549,7 @@ class LoaderRecord:
             blocked_ms=blocked_ms, queue=queue, workers=workers,
             loop_fetch_us=wire.decimate(self._loop_us), loop_fetch_wall_ns=self._loop_wall,
             loop_fetch_cpu_ns=self._loop_cpu, dropped=dropped,
-            probe_cpu_fraction=probe_cpu_fraction,
+            probe_cpu_fraction=probe_cpu_fraction, stages=self.stage_report(),
         )
         self.seq += 1
         self._interval_start_ns = now_ns
@@ -363,7 +568,7 @@ class LoaderRecord:
             out.append(wire.WorkerReport(
                 id=wid, pid=pid, alive=alive, exitcode=exitcode, cpu_percent=cpu, rss_bytes=rss,
                 batches=acc.batches, fetch_us=list(acc.fetch_us), fetch_wall_ns=acc.wall_ns,
-                fetch_cpu_ns=acc.cpu_ns,
+                fetch_cpu_ns=acc.cpu_ns, collate_us=list(acc.collate_us),
             ))
         return out
 

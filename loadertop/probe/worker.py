@@ -1,11 +1,15 @@
-"""Code that runs inside DataLoader worker processes: per-batch fetch time and CPU time.
+"""Code that runs inside DataLoader worker processes: per-batch stage times and CPU time.
 
 The hook is chained in front of the user's `worker_init_fn` when an instrumented loader creates
 its iterator. Inside the worker it wraps the *class* method `fetch` of torch's two fetcher classes
 — patched in this worker process only (after fork or spawn), so the parent and other loaders'
-workers are untouched, and the dataset object itself is never modified. Each fetched batch sends
-one tiny sample to the parent's publisher over a PUSH socket created here, after the fork: a ZeroMQ
-context must never cross a fork.
+workers are untouched, and the dataset object itself is never modified. The fetcher's own
+`collate_fn` attribute (torch's object, made in the worker) is wrapped to time the collate apart
+from getting the items. Each fetched batch sends one tiny sample to the parent's publisher over a
+PUSH socket created here, after the fork (a ZeroMQ context must never cross a fork): its fetch and
+collate times, CPU time, and the moment it was produced (`perf_counter_ns`, CLOCK_MONOTONIC on
+Linux: comparable with the main process's stamps), named by (pid, fetcher generation, sequence)
+so the main process can pair it with the loop's receipt of the same batch.
 """
 
 from __future__ import annotations
@@ -42,7 +46,9 @@ class _Sender:
         self.socket = sock
         return sock
 
-    def send(self, fetch_ns: int, cpu_ns: int) -> None:
+    def send(self, fetch_ns: int, cpu_ns: int, collate_ns: int = 0, done_ns: int = 0,
+             generation: int = 0, seq: int = 0, ended: bool = False,
+             tensors: int | None = None, tensor_bytes: int | None = None) -> None:
         sock = self.socket if self.pid == os.getpid() else None
         try:
             if sock is None:
@@ -52,12 +58,73 @@ class _Sender:
             sock.send(
                 wire.encode_sample(
                     wire.WorkerSample(self.source, self.worker_id, self.pid, fetch_ns, cpu_ns,
-                                      self.dropped)
+                                      self.dropped, collate_ns, done_ns, generation, seq, ended,
+                                      tensors, tensor_bytes)
                 ),
                 zmq.NOBLOCK,
             )
         except Exception:  # zmq.Again at HWM, or no transport at all: count, never raise
             self.dropped += 1
+
+
+CENSUS_NS = 1_000_000_000  # count a batch's tensors at most once a second per worker
+CENSUS_MAX_NODES = 10_000  # and stop walking a huge nested batch there
+
+_generations = [0]  # fetchers this worker process has made (one per epoch of persistent workers)
+
+
+class _FetcherTiming:
+    """Per fetcher (torch's object, in this worker only): its batch count and the last collate."""
+
+    __slots__ = ("generation", "seq", "collate_ns", "next_census")
+
+    def __init__(self) -> None:
+        self.generation = _generations[0]
+        _generations[0] += 1
+        self.seq = 0
+        self.collate_ns = 0
+        self.next_census = 0
+
+
+class _TimedCollate:
+    """Stands in for the fetcher's `collate_fn` attribute: calls it once, returns what it
+    returns, lets its exceptions through untouched, and notes how long it took."""
+
+    __slots__ = ("collate_fn", "timing")
+
+    def __init__(self, collate_fn, timing: _FetcherTiming) -> None:
+        self.collate_fn = collate_fn
+        self.timing = timing
+
+    def __call__(self, data):
+        t0 = _perf_ns()
+        batch = self.collate_fn(data)
+        self.timing.collate_ns = _perf_ns() - t0
+        return batch
+
+
+def tensor_census(batch, max_nodes: int = CENSUS_MAX_NODES) -> tuple[int, int] | None:
+    """(tensors, bytes) in a collated batch, walking lists, tuples and dicts; None past
+    `max_nodes` (a figure from part of a batch would be a guess). Reads sizes only."""
+    try:
+        import torch
+    except ImportError:
+        return None
+    tensors = size = nodes = 0
+    stack = [batch]
+    while stack:
+        nodes += 1
+        if nodes > max_nodes:
+            return None
+        item = stack.pop()
+        if isinstance(item, torch.Tensor):
+            tensors += 1
+            size += item.element_size() * item.numel()
+        elif isinstance(item, (list, tuple)):
+            stack.extend(item)
+        elif isinstance(item, dict):
+            stack.extend(item.values())
+    return tensors, size
 
 
 def _install_fetch_timing(sender: _Sender) -> bool:
@@ -73,11 +140,32 @@ def _install_fetch_timing(sender: _Sender) -> bool:
             continue
 
         def timed_fetch(self, possibly_batched_index, _original=original):
+            # torch 2.13 `_worker_loop` makes a fetcher after worker_init_fn and a new one at each
+            # `_ResumeIteration` (persistent workers); `fetch` calls `self.collate_fn(data)`.
+            timing = self.__dict__.get("_loadertop_timing")
+            if timing is None:
+                timing = self._loadertop_timing = _FetcherTiming()
+                self.collate_fn = _TimedCollate(self.collate_fn, timing)
+            seq = timing.seq
+            timing.seq = seq + 1
+            timing.collate_ns = 0
             w0 = _perf_ns()
             c0 = _cpu_ns()
-            data = _original(self, possibly_batched_index)  # exceptions pass through untouched
+            try:
+                data = _original(self, possibly_batched_index)
+            except StopIteration:  # an iterable dataset ran out: the loop will skip this task
+                sender.send(0, 0, generation=timing.generation, seq=seq, ended=True)
+                raise
             c1 = _cpu_ns()
-            sender.send(_perf_ns() - w0, c1 - c0)
+            w1 = _perf_ns()  # the batch is produced: what follows is the handoff
+            tensors = tensor_bytes = None
+            if w1 >= timing.next_census:
+                census = tensor_census(data)
+                if census is not None:
+                    tensors, tensor_bytes = census
+                timing.next_census = _perf_ns() + CENSUS_NS
+            sender.send(w1 - w0, c1 - c0, timing.collate_ns, w1, timing.generation, seq,
+                        False, tensors, tensor_bytes)
             return data
 
         timed_fetch._loadertop_timed = True
@@ -108,9 +196,14 @@ class WorkerHook:
 def _reset_inherited_signal_handlers() -> None:
     # A forked worker inherits the parent's SIGTERM cleanup handler; torch terminates workers
     # with SIGTERM, which must keep its default meaning here.
+    # Only a process that has the publisher module can have its handler: a forked worker. A
+    # spawned or forkserver worker does not, and importing it there (psutil, the system
+    # readers...) cost ~30 ms per worker from bytecode, ~170 ms without.
     import signal
+    import sys
 
-    from loadertop.probe import publisher
-
-    if signal.getsignal(signal.SIGTERM) is publisher._on_sigterm:
+    publisher = sys.modules.get("loadertop.probe.publisher")
+    if publisher is None:
+        return
+    if signal.getsignal(signal.SIGTERM) is getattr(publisher, "_on_sigterm", None):
         signal.signal(signal.SIGTERM, signal.SIG_DFL)

@@ -85,8 +85,10 @@ class Cgroup:
         usage = _parse_int(_read_text(os.path.join(own, usage_file)))
         if usage is None:
             return None
-        stat = parse_memory_stat(_read_text(os.path.join(own, "memory.stat")) or "")
-        inactive = stat.get(cache_key, stat.get("inactive_file", 0))
+        text = _read_text(os.path.join(own, "memory.stat")) or ""
+        inactive = stat_value(text, cache_key)
+        if inactive is None:
+            inactive = stat_value(text, "inactive_file") or 0
         return usage - inactive if inactive < usage else usage
 
 
@@ -122,6 +124,17 @@ def parse_memory_stat(text: str) -> dict[str, int]:
         if number is not None:
             stat[key] = number
     return stat
+
+
+def stat_value(text: str, key: str) -> int | None:
+    """The value of one "key value" line of `memory.stat`, without parsing the other ~40 lines."""
+    at = text.find(key + " ")
+    while at > 0 and text[at - 1] != "\n":
+        at = text.find(key + " ", at + 1)
+    if at < 0:
+        return None
+    end = text.find("\n", at)
+    return _parse_int(text[at + len(key) + 1:end if end >= 0 else None])
 
 
 # --- helpers ----------------------------------------------------------------------------------

@@ -58,6 +58,9 @@ class Counters:
     # here, ~0.25 ms); carrying them avoids reading /proc/meminfo and /proc/vmstat twice.
     swap_total_bytes: int = 0
     swap_used_bytes: int = 0
+    # Read from /proc/meminfo by the procfs reader, which reads that file anyway; None: ask psutil.
+    mem_total_bytes: int | None = None
+    mem_available_bytes: int | None = None
 
 
 def read_counters() -> Counters:
@@ -79,6 +82,128 @@ def read_counters() -> Counters:
     )
 
 
+class ProcfsCounters:
+    """`read_counters` for Linux, ~5x cheaper: each /proc file read once (psutil reads /proc/stat
+    twice and /proc/meminfo twice, parses all of /proc/vmstat, and asks the file system for every
+    line of /proc/diskstats whether it is a disk or a partition). Which names are whole disks is
+    remembered, and asked again only for a name not seen before or after DEVICES_TTL_S. The same
+    figures as psutil's (sums over whole disks, sectors of 512 bytes, swap pages of 4 KiB, guest
+    time not counted twice); anything it cannot read or parse falls back to psutil for good.
+
+    Measured on a 2-core VM (no swap): ~160 µs a call against ~690 µs (warm); in the probe's
+    thread (1 Hz, after a sleep) SystemFeed.report takes ~0.7 ms instead of ~1.6 ms."""
+
+    DEVICES_TTL_S = 60.0
+
+    def __init__(self, procfs: str = "/proc", sysfs_block: str = "/sys/block") -> None:
+        self._procfs = procfs
+        self._block = sysfs_block
+        self._ticks = float(os.sysconf("SC_CLK_TCK"))
+        self._disks: dict[bytes, bool] = {}
+        self._disks_at = 0.0
+        self._broken = False
+        self._swap: tuple[int, int] | None = None  # (in, out) bytes, last read
+
+    def __call__(self) -> Counters:
+        if not self._broken:
+            try:
+                return self._read()
+            except Exception:
+                self._broken = True
+        return read_counters()
+
+    def _read_file(self, name: str) -> bytes:
+        with open(f"{self._procfs}/{name}", "rb", buffering=0) as f:
+            return f.read()
+
+    def _ticks_of(self, line: bytes) -> CpuTicks:
+        v = [int(x) for x in line.split()[1:11]]
+        # user nice system idle iowait irq softirq steal guest guest_nice: guest time is already
+        # in user and nice (CpuTicks.from_psutil subtracts it the same way).
+        total = sum(v[:8]) / self._ticks
+        iowait = v[4] / self._ticks if len(v) > 4 else None
+        idle = (v[3] + (v[4] if len(v) > 4 else 0)) / self._ticks
+        return CpuTicks(total=total, busy=total - idle, iowait=iowait)
+
+    def _read(self) -> Counters:
+        stat = self._read_file("stat").split(b"\n")
+        cpu = self._ticks_of(stat[0])
+        per_cpu = tuple(self._ticks_of(line) for line in stat[1:] if line.startswith(b"cpu"))
+        meminfo = {}
+        for line in self._read_file("meminfo").split(b"\n"):
+            key, _, rest = line.partition(b":")
+            if key in (b"MemTotal", b"MemAvailable", b"SwapTotal", b"SwapFree"):
+                meminfo[key] = int(rest.split()[0]) * 1024
+        swap_total = meminfo[b"SwapTotal"]
+        if swap_total or self._swap is None:
+            vmstat = self._read_file("vmstat")
+            sin = _vmstat_value(vmstat, b"pswpin")
+            sout = _vmstat_value(vmstat, b"pswpout")
+            self._swap = (sin * 4096 if sin is not None else 0,
+                          sout * 4096 if sout is not None else 0)
+        # else: no swap space, so nothing is swapped in or out: the counters stand still (and
+        # /proc/vmstat, ~190 lines, ~50 µs to read here, is not read again)
+        read_bytes, write_bytes = self._disk_bytes()
+        return Counters(
+            cpu=cpu, per_cpu=per_cpu,
+            swap_in_bytes=self._swap[0], swap_out_bytes=self._swap[1],
+            disk_read_bytes=read_bytes, disk_write_bytes=write_bytes,
+            swap_total_bytes=swap_total, swap_used_bytes=swap_total - meminfo[b"SwapFree"],
+            mem_total_bytes=meminfo.get(b"MemTotal"),
+            mem_available_bytes=meminfo.get(b"MemAvailable"),
+        )
+
+    def _disk_bytes(self) -> tuple[int | None, int | None]:
+        try:
+            text = self._read_file("diskstats")
+        except OSError:
+            return None, None
+        now = time.monotonic()
+        if now - self._disks_at > self.DEVICES_TTL_S:
+            self._disks.clear()
+            self._disks_at = now
+        disks = self._disks
+        read = write = 0
+        found = False
+        for line in text.split(b"\n"):
+            fields = line.split()
+            n = len(fields)
+            if n == 14 or n >= 18:
+                name, rsect, wsect = fields[2], fields[5], fields[9]
+            elif n == 7:
+                name, rsect, wsect = fields[2], fields[4], fields[6]
+            elif n == 15:
+                name, rsect, wsect = fields[3], fields[6], fields[10]
+            elif n == 0:
+                continue
+            else:
+                raise ValueError(f"unknown /proc/diskstats line {line!r}")
+            whole = disks.get(name)
+            if whole is None:
+                path = f"{self._block}/{name.decode().replace('/', '!')}"
+                whole = disks[name] = os.access(path, os.F_OK)
+            if whole:
+                found = True
+                read += int(rsect) * 512
+                write += int(wsect) * 512
+        return (read, write) if found else (None, None)
+
+
+def _vmstat_value(text: bytes, key: bytes) -> int | None:
+    start = text.find(b"\n" + key + b" ")
+    if start < 0:
+        if not text.startswith(key + b" "):
+            return None
+        start = -1
+    start += len(key) + 2
+    end = text.find(b"\n", start)
+    return int(text[start:end if end >= 0 else None])
+
+
+def default_counters() -> Callable[[], Counters]:
+    return ProcfsCounters() if os.path.isfile("/proc/stat") else read_counters
+
+
 class SystemSampler:
     """Samples the machine's state; `sample()` is cheap enough to call every second.
 
@@ -92,13 +217,13 @@ class SystemSampler:
         gpu: GpuReader | None = None,
         clock: Callable[[], float] = time.monotonic,
         *,
-        counters: Callable[[], Counters] = read_counters,
+        counters: Callable[[], Counters] | None = None,
         cgroup_root: str = DEFAULT_ROOT,
         proc_cgroup: str = DEFAULT_PROC_CGROUP,
     ):
         self._gpu: GpuReader = gpu if gpu is not None else NvmlGpuReader()
         self._clock = clock
-        self._read_counters = counters
+        self._read_counters = counters if counters is not None else default_counters()
         self._lock = threading.Lock()  # sample() may be called from more than one thread
         self._previous: tuple[float, Counters] | None = None
         self._closed = False
@@ -159,8 +284,11 @@ class SystemSampler:
 
     def _memory(self, counters: Counters) -> tuple[dict[str, Any], dict[str, Any]]:
         """(memory and swap figures, the cgroup dict)."""
-        vm = psutil.virtual_memory()
-        total, available = int(vm.total), int(vm.available)
+        if counters.mem_total_bytes is not None and counters.mem_available_bytes is not None:
+            total, available = counters.mem_total_bytes, counters.mem_available_bytes
+        else:
+            vm = psutil.virtual_memory()
+            total, available = int(vm.total), int(vm.available)
         cgroup_used = self._cgroup.mem_used_bytes() if self._cgroup.memory_dirs else None
         if self._mem_limit is not None and self._mem_limit < total:
             # The container's limit is what the OOM killer enforces, not the host's RAM. Host

@@ -31,11 +31,13 @@ from loadertop.document import (
     QueueFigures,
     Source,
     SourceFigures,
+    StageFigures,
     State,
     Stats,
     SystemFigures,
     Verdict,
     ViewerStatus,
+    WaitSplit,
     WorkerFigures,
 )
 from loadertop.viewer import ranks
@@ -48,6 +50,7 @@ LATE_REPORT_S = 1.0  # a report this old says the probe's thread is starved or f
 LOOP_CPU_MIN_WALL_NS = 100_000_000  # loop CPU share while waiting: only from >= 100 ms of long waits
 WAITING_FRACTION = 0.5  # the state is `waiting` when the loop waits at least this share of the time
 WAITING_BLOCKED_MS = 1000.0  # ... or has been blocked in next() this long right now
+MIN_PAIRED_BATCHES = 3  # wait_split rests on at least this many paired batches
 
 
 def percentile(sorted_values: Sequence[float], q: float) -> float:
@@ -274,6 +277,7 @@ class Model:
             window_s=round(covered, 3),
             dropped=state.missed + last.dropped,
             probe_cpu_fraction=_round(last.probe_cpu_fraction, 4),
+            stages=self._stages(last, window),
         )
 
     @staticmethod
@@ -302,20 +306,50 @@ class Model:
         out = []
         for w in last.workers:
             fetch_us: list[int] = []
+            collate_us: list[int] = []
             batches = wall = cpu = 0
             for m in window:
                 for mw in m.workers:
                     # Same id and same process: a worker of an earlier epoch is another process.
                     if mw.id == w.id and (mw.pid == w.pid or w.pid is None):
                         fetch_us.extend(mw.fetch_us)
+                        collate_us.extend(mw.collate_us)
                         batches += mw.batches
                         wall += mw.fetch_wall_ns
                         cpu += mw.fetch_cpu_ns
             out.append(WorkerFigures(
                 id=w.id, pid=w.pid, alive=w.alive, exitcode=w.exitcode,
                 cpu_percent=_round(w.cpu_percent, 1), rss_bytes=w.rss_bytes, batches=batches,
-                fetch_ms=stats_ms(fetch_us), cpu_fraction=_ratio(cpu, wall)))
+                fetch_ms=stats_ms(fetch_us), collate_ms=stats_ms(collate_us),
+                cpu_fraction=_ratio(cpu, wall)))
         return tuple(out)
+
+    @staticmethod
+    def _stages(last: wire.LoaderReport, window: list[wire.LoaderReport]) -> StageFigures:
+        staged = [m.stages for m in window if m.stages is not None]
+        if last.config.num_workers == 0:
+            fetch_ms = stats_ms(v for st in staged for v in st.fetch_us)
+            collate_ms = stats_ms(v for st in staged for v in st.collate_us)
+        else:
+            fetch_ms = stats_ms(v for m in window for w in m.workers for v in w.fetch_us)
+            collate_ms = stats_ms(v for m in window for w in m.workers for v in w.collate_us)
+        paired = sum(st.paired for st in staged)
+        producing = sum(st.producing_ns for st in staged)
+        handoff = sum(st.handoff_ns for st in staged)
+        split = None
+        if paired >= MIN_PAIRED_BATCHES and producing + handoff > 0:
+            share = round(producing / (producing + handoff), 3)
+            split = WaitSplit(producing=share, handoff=round(1.0 - share, 3))
+        unpaired = None
+        if not paired:
+            unpaired = next((st.unpaired for st in reversed(staged) if st.unpaired), None)
+        census = next(((st.batch_tensors, st.batch_bytes) for st in reversed(staged)
+                       if st.batch_tensors is not None), (None, None))
+        return StageFigures(
+            fetch_ms=fetch_ms, collate_ms=collate_ms,
+            handoff_ms=stats_ms(v for st in staged for v in st.handoff_us) if paired else None,
+            wait_split=split, batches_paired=paired, unpaired=unpaired,
+            tensors_per_batch=census[0], bytes_per_batch=census[1])
 
     @staticmethod
     def _loop(last: wire.LoaderReport, window: list[wire.LoaderReport],

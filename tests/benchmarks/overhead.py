@@ -1,36 +1,128 @@
 """What the shim costs the training loop, measured against the plain loop in the same run.
 
-    python tests/benchmarks/overhead.py [--batches 20000] [--rounds 7]
+    python tests/benchmarks/overhead.py [--batches 5000] [--rounds 21] [--epoch-rounds 3]
+                                        [--short-rounds 3] [--only hot,micro,frozen,epoch,short]
 
-1. Hot path: the same fast loader (TensorDataset, batch_size=1, num_workers=0) iterated plain,
-   plain again (the A/A pair, to show the noise) and instrumented, in a shuffled order every
-   round; prints the median ns per batch and the median per-round differences (goal: <= 300 ns
-   added per batch), then the wrapper alone around a trivial iterator (a figure without the
-   DataLoader's own noise of several µs per batch), with its own A/A pair.
-2. Frozen viewer: the instrumented loop with no viewer vs with a real subscriber process frozen by
-   SIGSTOP (its socket buffers fill, the publisher must drop, never block), alternating rounds;
-   prints the throughput ratio (goal: >= 0.99).
-Shuffled or alternating rounds cancel slow drift of the machine; medians ignore the odd hiccup.
+Every section runs its variants in a new shuffled order each round (a slow drift of the machine
+favours none) and includes an A/A pair: the plain variant measured twice under two names. Every
+A/B difference is printed with its median over rounds (of the per-round differences) and the
+difference of the minimums, beside the same two statistics of the A/A pair; a difference no
+larger than the A/A spread (the larger of the A/A's two statistics) prints as "not resolved":
+this machine cannot tell it from nothing.
+
+1. hot: the fastest loader (TensorDataset, batch_size=1, num_workers=0), ns per batch: plain,
+   plain again (A/A), a minimal wrapper (two clock reads, two deque appends), loadertop's own
+   iterator on a record the publisher does not know (the hot path alone, never drained), and
+   `loadertop.instrument` (the same, drained by the publisher thread). The last two differ by
+   the publisher thread's share (its drains hold the GIL); goal: <= 1500 ns added per batch.
+2. micro: the iterator wrappers alone around a Python iterator shaped like torch's (no
+   DataLoader noise), ns added per next().
+3. frozen: the instrumented loop without a viewer (twice: A/A) and with a real subscriber
+   process frozen by SIGSTOP (its socket buffers fill, the publisher must drop, never block);
+   throughput ratio, goal >= 0.99. A control variant starts the same viewer, lets it subscribe,
+   kills it and waits as long: the disturbance of starting a process, without a frozen viewer.
+4. epoch: `iter()` of a 2-worker loader plus its first batch, plain (twice) vs instrumented, for
+   fork, spawn and forkserver (spawn costs ~1.5-3.5 s a round here: --epoch-rounds).
+5. short: a program that makes 30 short-lived 2-worker fork loaders and takes 4 batches from each
+   (tests/benchmarks/short_loaders.py), run plain (twice) and under `loadertop run`; wall time of
+   the whole process, ratio goal <= 1.05 (--short-rounds).
 """
 
 from __future__ import annotations
 
 import argparse
+import collections
+import itertools
 import os
 import random
+import resource
 import signal
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
+from pathlib import Path
+
+if (__name__ == "__main__" and os.environ.get("PYTHONDONTWRITEBYTECODE")
+        and "--keep-bytecode-setting" not in sys.argv):
+    # With PYTHONDONTWRITEBYTECODE (set in this project's dev image) every child process here
+    # (spawn/forkserver workers, which inherit it as -B, section 5's programs, the viewers)
+    # compiles every loadertop module from source at each start: ~160 ms for the probe alone,
+    # against ~30 ms from bytecode, which an installed package has. Run again without it
+    # (bytecode goes to the git-ignored __pycache__ directories).
+    _env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    os.execve(sys.executable, [sys.executable, *sys.argv], _env)
 
 import torch
 from torch.utils.data import DataLoader, TensorDataset
 
 import loadertop
 
+HERE = Path(__file__).resolve().parent
+SECTIONS = ("hot", "micro", "frozen", "epoch", "short")
 
+
+# --------------------------------------------------------------------------- rounds and verdicts
+def shuffled_rounds(variants: dict, rounds: int, seed: int, measure) -> dict[str, list[float]]:
+    """`measure(name, variant)` for every variant, in a new random order each round."""
+    rng = random.Random(seed)
+    out: dict[str, list[float]] = {name: [] for name in variants}
+    for _ in range(rounds):
+        order = list(variants)
+        rng.shuffle(order)
+        for name in order:
+            out[name].append(measure(name, variants[name]))
+    return out
+
+
+def _fmt(value: float, unit: str, digits: int) -> str:
+    return f"{value:+.{digits}f}{unit}"
+
+
+def difference(values: dict[str, list[float]], b: str, a: str, aa: tuple[str, str], *,
+               unit: str = " ns", digits: int = 0) -> str:
+    """`b - a`: median of per-round differences and min(b) - min(a), beside the A/A pair's."""
+    med = statistics.median(x - y for x, y in zip(values[b], values[a]))
+    low = min(values[b]) - min(values[a])
+    aa_med = statistics.median(x - y for x, y in zip(values[aa[1]], values[aa[0]]))
+    aa_low = min(values[aa[1]]) - min(values[aa[0]])
+    spread = max(abs(aa_med), abs(aa_low))
+
+    def shown(v: float) -> str:
+        return _fmt(v, unit, digits) if abs(v) > spread else "not resolved"
+
+    return (f"median {shown(med):>14}  min {shown(low):>14}   "
+            f"(A/A: median {_fmt(aa_med, unit, digits)}, min {_fmt(aa_low, unit, digits)})")
+
+
+def ratio(values: dict[str, list[float]], b: str, a: str, aa: tuple[str, str],
+          higher_is_better: bool) -> str:
+    """b / a of the medians and of the best rounds, beside the A/A pair's; as for differences,
+    a ratio within the A/A's distance from 1 is not resolved."""
+    best = max if higher_is_better else min
+    med = statistics.median(values[b]) / statistics.median(values[a])
+    top = best(values[b]) / best(values[a])
+    aa_med = statistics.median(values[aa[1]]) / statistics.median(values[aa[0]])
+    aa_top = best(values[aa[1]]) / best(values[aa[0]])
+    spread = max(abs(aa_med - 1), abs(aa_top - 1))
+
+    def shown(v: float) -> str:
+        return f"{v:.4f}" if abs(v - 1) > spread else "not resolved"
+
+    kind = "max" if higher_is_better else "min"
+    return (f"medians {shown(med):>12}  {kind}s {shown(top):>12}   "
+            f"(A/A: medians {aa_med:.4f}, {kind}s {aa_top:.4f})")
+
+
+def table(values: dict[str, list[float]], unit: str, scale: float = 1.0, digits: int = 0) -> None:
+    width = max(map(len, values))
+    for name, v in values.items():
+        print(f"  {name:<{width}}  median {statistics.median(v) * scale:10.{digits}f}{unit}"
+              f"  min {min(v) * scale:10.{digits}f}{unit}")
+
+
+# --------------------------------------------------------------------------- 1. hot path
 def ns_per_batch(loader) -> float:
     t0 = time.perf_counter_ns()
     n = 0
@@ -39,30 +131,83 @@ def ns_per_batch(loader) -> float:
     return (time.perf_counter_ns() - t0) / n
 
 
-def hot_path(batches: int, rounds: int) -> tuple[float, float, float, float]:
-    """Median ns/batch plain and instrumented, the median of the per-round differences, and the
-    same difference between two plain loaders (the A/A pair: what a difference of nothing
-    measures here, i.e. the noise)."""
+_clock = time.perf_counter_ns
+
+
+class _TwoStampIterator:
+    """The minimal measuring wrapper: two clock reads and two appends per batch."""
+
+    __slots__ = ("_next", "_append")
+
+    def __init__(self, inner, events) -> None:
+        self._next = inner.__next__
+        self._append = events.append
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        append = self._append
+        append(_clock())
+        try:
+            batch = self._next()
+        except BaseException:
+            append(0)
+            raise
+        append(-_clock())
+        return batch
+
+
+class _Wrapped:
+    def __init__(self, loader, make_iterator) -> None:
+        self.loader, self.make_iterator = loader, make_iterator
+
+    def __iter__(self):
+        return self.make_iterator(self.loader)
+
+
+def hot_path(batches: int, rounds: int) -> None:
+    from loadertop.probe.loader import instrumented_iter
+    from loadertop.probe.record import LoaderRecord
+
     data = TensorDataset(torch.arange(batches))
-    variants = {"plain": DataLoader(data, batch_size=1, num_workers=0),
-                "plain again": DataLoader(data, batch_size=1, num_workers=0),
-                "instrumented": loadertop.instrument(DataLoader(data, batch_size=1, num_workers=0),
-                                                     name="bench")}
+
+    def fresh():
+        return DataLoader(data, batch_size=1, num_workers=0)
+
+    events = collections.deque(maxlen=1 << 16)
+    undrained_loader = fresh()
+    # A record nobody drains: the publisher thread never sees it, its deque stays full.
+    undrained = LoaderRecord(undrained_loader, name="undrained", source="bench:undrained",
+                             host="bench", rank=None, command="", process_started_at=0.0)
+    variants = {
+        "plain": fresh(),
+        "plain again": fresh(),
+        "wrapper (2 clocks, 2 appends)": _Wrapped(fresh(), lambda dl: _TwoStampIterator(
+            iter(dl), events)),
+        "loadertop hot path, undrained": _Wrapped(undrained_loader, lambda dl: instrumented_iter(
+            dl, undrained, None)),
+        "instrument()": loadertop.instrument(fresh(), name="bench"),
+    }
     for loader in variants.values():
         ns_per_batch(loader)  # warm up
-    rng = random.Random(0)
-    ns: dict[str, list[float]] = {name: [] for name in variants}
-    for _ in range(rounds):
-        order = list(variants)
-        rng.shuffle(order)  # a new order every round: a drift of the machine favours none
-        for name in order:
-            ns[name].append(ns_per_batch(variants[name]))
-    diffs = [b - a for a, b in zip(ns["plain"], ns["instrumented"])]
-    aa = [b - a for a, b in zip(ns["plain"], ns["plain again"])]
-    return (statistics.median(ns["plain"]), statistics.median(ns["instrumented"]),
-            statistics.median(diffs), statistics.median(aa))
+    ns = shuffled_rounds(variants, rounds, 0, lambda _, loader: ns_per_batch(loader))
+    print(f"1. hot path: TensorDataset, batch_size=1, num_workers=0, {batches} batches x "
+          f"{rounds} rounds, shuffled (ns per batch):")
+    table(ns, " ns")
+    aa = ("plain", "plain again")
+    print("  added per batch (goal: instrument() <= 1500 ns):")
+    for name in list(variants)[2:]:
+        print(f"    {name + ' - plain':<44} {difference(ns, name, 'plain', aa)}")
+    print(f"    {'the hot path beyond the minimal wrapper':<44} "
+          f"{difference(ns, 'loadertop hot path, undrained', 'wrapper (2 clocks, 2 appends)', aa)}")
+    print(f"    {'the publisher thread (drains, GIL)':<44} "
+          f"{difference(ns, 'instrument()', 'loadertop hot path, undrained', aa)}")
+    print(f"  throughput ratio instrument() / plain: "
+          f"{ratio(ns, 'plain', 'instrument()', aa, higher_is_better=False)}")
 
 
+# --------------------------------------------------------------------------- 2. wrappers alone
 class _PythonIterator:
     """Shaped like torch's _BaseDataLoaderIter: a Python __next__ that calls _next_data()."""
 
@@ -82,97 +227,217 @@ class _PythonIterator:
         return self._next_data()
 
 
-def wrapper_only(calls: int, rounds: int) -> dict[str, float]:
-    """The hot path alone: ns added per next() by each wrapper around an iterator shaped like the
-    DataLoader's own (a Python __next__), median over rounds. Without the DataLoader's several µs
-    of per-batch work, and its noise, the few hundred ns are measurable."""
+def wrapper_only(calls: int, rounds: int) -> None:
+    """ns added per next() by each wrapper around an iterator shaped like the DataLoader's own.
+    The record is registered (the publisher drains it, as in real use); no drain here: a second
+    drainer on another thread races the publisher's (seen: IndexError, pop from an empty deque)."""
     from loadertop.probe.loader import _InstrumentedIterator, _SingleProcessIterator
 
     record = loadertop.instrument(DataLoader(TensorDataset(torch.arange(2))), name="micro")._lt_record
 
-    def per_call(it) -> float:
+    def per_call(_, make) -> float:
+        it = make()
         t0 = time.perf_counter_ns()
         for _ in it:
             pass
         return (time.perf_counter_ns() - t0) / calls
 
     variants = {"bare": lambda: _PythonIterator(calls),
-                "A/A (bare again)": lambda: _PythonIterator(calls),
-                "num_workers>0": lambda: _InstrumentedIterator(_PythonIterator(calls), record),
-                "num_workers=0": lambda: _SingleProcessIterator(_PythonIterator(calls), record)}
-    rng = random.Random(1)
-    added: dict[str, list[float]] = {name: [] for name in variants if name != "bare"}
-    for _ in range(rounds):
-        order = list(variants)
-        rng.shuffle(order)
-        took = {name: per_call(variants[name]()) for name in order}
-        for name in added:
-            added[name].append(took[name] - took["bare"])
-        # No record.drain() here: the publisher thread drains the record at every report, and a
-        # second drainer on another thread races it (seen: IndexError, pop from an empty deque).
-    return {k: statistics.median(v) for k, v in added.items()}
+                "bare again": lambda: _PythonIterator(calls),
+                "num_workers>0 iterator": lambda: _InstrumentedIterator(_PythonIterator(calls),
+                                                                        record),
+                "num_workers=0 iterator": lambda: _SingleProcessIterator(_PythonIterator(calls),
+                                                                         record)}
+    ns = shuffled_rounds(variants, rounds, 1, per_call)
+    print(f"2. the wrappers alone, {calls} next() x {rounds} rounds (ns per next()):")
+    table(ns, " ns", digits=1)
+    for name in list(variants)[2:]:
+        print(f"    {name + ' - bare':<44} "
+              f"{difference(ns, name, 'bare', ('bare', 'bare again'), digits=1)}")
 
 
-def frozen_viewer(batches: int, rounds: int) -> tuple[float, float]:
-    """Median batches/s of an instrumented loop without a viewer and with a SIGSTOP-frozen one,
-    alternating: each frozen round starts a fresh viewer, waits until it has subscribed, freezes
-    it, measures, then kills it."""
+# --------------------------------------------------------------------------- 3. frozen viewer
+def _wait_unsubscribed(publisher, timeout: float = 5.0) -> None:
+    deadline = time.monotonic() + timeout
+    while publisher.subscriptions and time.monotonic() < deadline:
+        time.sleep(0.01)
+
+
+def frozen_viewer(batches: int, rounds: int) -> None:
     from loadertop.probe.publisher import get_publisher
 
     data = TensorDataset(torch.arange(batches))
     loader = loadertop.instrument(DataLoader(data, batch_size=1, num_workers=0), name="frozen")
     publisher = get_publisher()
-    endpoint = publisher.endpoint
-    without, frozen = [], []
-    for _ in range(rounds):
-        without.append(1e9 / ns_per_batch(loader))
+    ns_per_batch(loader)
+
+    def timed() -> float:
+        # Warm up first, in every variant: right after a process start and a pause the loop ran
+        # 15-30 % slower for a while whether a viewer was frozen or gone (the control below
+        # showed it), which read as a frozen viewer's cost.
+        for _ in itertools.islice(loader, 2000):
+            pass
+        return 1e9 / ns_per_batch(loader)
+
+    def measure(name, _):
+        if name in ("no viewer", "no viewer again"):
+            return timed()
         viewer = subprocess.Popen(
-            [sys.executable, "-m", "loadertop", "snapshot", "--seconds", "600", endpoint],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            [sys.executable, "-m", "loadertop", "snapshot", "--seconds", "600",
+             publisher.endpoint], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         try:
             deadline = time.monotonic() + 20
             while publisher.subscriptions == 0:  # the XPUB sees each subscription
                 if time.monotonic() > deadline:
                     raise SystemExit("the viewer did not subscribe within 20 s")
                 time.sleep(0.01)
-            os.kill(viewer.pid, signal.SIGSTOP)
-            frozen.append(1e9 / ns_per_batch(loader))
+            if name == "frozen viewer":
+                os.kill(viewer.pid, signal.SIGSTOP)
+            else:  # the control: the same disturbance (a viewer started, subscribed), then gone
+                viewer.kill()
+                viewer.wait()
+                _wait_unsubscribed(publisher)
+            time.sleep(0.5)  # as long after the viewer's start as in the frozen case
+            return timed()
         finally:
-            os.kill(viewer.pid, signal.SIGCONT)
-            viewer.kill()
-            viewer.wait()
-        deadline = time.monotonic() + 5
-        while publisher.subscriptions and time.monotonic() < deadline:
-            time.sleep(0.01)
-    return statistics.median(without), statistics.median(frozen)
+            if viewer.poll() is None:
+                os.kill(viewer.pid, signal.SIGCONT)
+                viewer.kill()
+                viewer.wait()
+            _wait_unsubscribed(publisher)
+
+    variants = {"no viewer": None, "no viewer again": None,
+                "viewer started, killed, 0.5 s": None, "frozen viewer": None}
+    rate = shuffled_rounds(variants, rounds, 2, measure)
+    print(f"3. frozen viewer: instrumented loop, {batches} batches x {rounds} rounds, shuffled "
+          f"(batches/s):")
+    table(rate, "/s")
+    aa = ("no viewer", "no viewer again")
+    control = "viewer started, killed, 0.5 s"
+    print(f"  frozen / none (goal >= 0.99):     {ratio(rate, 'frozen viewer', 'no viewer', aa, True)}")
+    print(f"  control / none:                   {ratio(rate, control, 'no viewer', aa, True)}")
+    print(f"  frozen / control (the viewer's share): "
+          f"{ratio(rate, 'frozen viewer', control, aa, True)}")
+
+
+# --------------------------------------------------------------------------- 4. epoch start
+def epoch_start(rounds: int) -> None:
+    data = TensorDataset(torch.arange(64))
+
+    def make(instrumented: bool, context: str):
+        loader = DataLoader(data, batch_size=4, num_workers=2, multiprocessing_context=context)
+        return loadertop.instrument(loader, name=f"epoch-{context}") if instrumented else loader
+
+    def measure(_, loader) -> float:
+        t0 = time.perf_counter()
+        it = iter(loader)
+        next(it)
+        took = time.perf_counter() - t0
+        del it  # shuts the workers down: not counted
+        return took
+
+    print(f"4. epoch start: iter() + the first batch of a 2-worker loader, {rounds} rounds each, "
+          f"shuffled (ms):")
+    for context in ("fork", "spawn", "forkserver"):
+        variants = {"plain": make(False, context), "plain again": make(False, context),
+                    "instrumented": make(True, context)}
+        for name, loader in variants.items():
+            measure(name, loader)  # warm up: forkserver starts its server on first use
+        ms = shuffled_rounds(variants, rounds, 3, measure)
+        print(f"  {context}:")
+        table(ms, " ms", scale=1e3, digits=1)
+        scaled = {k: [x * 1e3 for x in v] for k, v in ms.items()}
+        aa = ("plain", "plain again")
+        print(f"    instrumented - plain  "
+              f"{difference(scaled, 'instrumented', 'plain', aa, unit=' ms', digits=1)}")
+
+
+# --------------------------------------------------------------------------- 5. short loaders
+def short_loaders(rounds: int, loaders: int = 30, batches: int = 4, suspects: str = "") -> None:
+    script = str(HERE / "short_loaders.py")
+    args = ["--loaders", str(loaders), "--batches", str(batches)]
+    plain = [sys.executable, script, *args]
+    cli = str(Path(sys.executable).with_name("loadertop"))
+    run = ([cli] if os.path.exists(cli) else [sys.executable, "-m", "loadertop"]) + \
+        ["run", "-q", "--", *plain]
+    variants = {"plain": plain, "plain again": plain, "loadertop run": run}
+    for name in filter(None, suspects.split(",")):
+        variants[f"run, {name}"] = run
+    inner: dict[str, list[float]] = {name: [] for name in variants}
+    cpu: dict[str, list[float]] = {name: [] for name in variants}
+
+    def measure(name, cmd) -> float:
+        env = dict(os.environ)
+        if name.startswith("run, "):
+            env["LT_SHORT_SUSPECT"] = name[len("run, "):]
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
+        t0 = time.perf_counter()
+        res = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600)
+        took = time.perf_counter() - t0
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)  # the program and its workers
+        cpu[name].append(after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime)
+        if res.returncode != 0:
+            raise SystemExit(f"{name}: exit {res.returncode}\n{res.stderr[-2000:]}")
+        for word in res.stdout.split():
+            if word.startswith("loaders_s="):
+                inner[name].append(float(word.split("=", 1)[1]))
+        return took
+
+    for name, cmd in variants.items():
+        measure(name, cmd)  # warm up (and fill the bytecode cache)
+    for values in (*inner.values(), *cpu.values()):
+        values.clear()
+    wall = shuffled_rounds(variants, rounds, 4, measure)
+    print(f"5. short-lived loaders: {loaders} loaders x {batches} batches, 2 fork workers each, "
+          f"{rounds} rounds, shuffled (s):")
+    print("  whole process:")
+    table(wall, " s", digits=3)
+    print("  its loaders alone (from the first loader to the end):")
+    table(inner, " s", digits=3)
+    print("  CPU time (user + sys) of the program and its workers:")
+    table(cpu, " s", digits=3)
+    aa = ("plain", "plain again")
+    for name in list(variants)[2:]:
+        print(f"  {name} / plain, whole process (goal <= 1.05): "
+              f"{ratio(wall, name, 'plain', aa, higher_is_better=False)}")
+        print(f"  {name} / plain, loaders alone:                 "
+              f"{ratio(inner, name, 'plain', aa, higher_is_better=False)}")
+        print(f"  {name} / plain, CPU time:                      "
+              f"{ratio(cpu, name, 'plain', aa, higher_is_better=False)}")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--batches", type=int, default=20_000)
-    parser.add_argument("--rounds", type=int, default=9)
+    parser.add_argument("--batches", type=int, default=5_000,
+                        help="batches per round of the hot and frozen sections")
+    parser.add_argument("--rounds", type=int, default=21,
+                        help="rounds of the hot and micro sections (frozen: a third, >= 5)")
+    parser.add_argument("--epoch-rounds", type=int, default=3)
+    parser.add_argument("--short-rounds", type=int, default=3)
+    parser.add_argument("--short-suspects", default="",
+                        help="also run `loadertop run` with these LT_SHORT_SUSPECT values, e.g. "
+                             "no_worker_hook,no_sender,no_retention (see short_loaders.py)")
+    parser.add_argument("--keep-bytecode-setting", action="store_true",
+                        help="keep PYTHONDONTWRITEBYTECODE (by default the benchmark runs again "
+                             "without it, see the top of this file)")
+    parser.add_argument("--only", default=",".join(SECTIONS),
+                        help=f"comma-separated sections: {','.join(SECTIONS)}")
     args = parser.parse_args()
+    only = set(args.only.split(","))
     os.environ.setdefault("LOADERTOP_DIR", tempfile.mkdtemp(prefix="ltbench"))
     torch.set_num_threads(1)
-
-    plain, inst, added, aa = hot_path(args.batches, args.rounds)
-    print(f"DataLoader loop, {args.batches} batches x {args.rounds} rounds, order shuffled each "
-          f"round (median ns/batch):")
-    print(f"  plain        {plain:8.0f} ns")
-    print(f"  instrumented {inst:8.0f} ns")
-    print(f"  added        {added:8.0f} ns per batch (median of per-round differences; goal <= 300)"
-          f"  throughput ratio {plain / inst:.4f}")
-    print(f"  A/A          {aa:8.0f} ns (plain vs plain: the noise; a smaller 'added' is not resolved)")
-    micro = wrapper_only(500_000, args.rounds)
-    for kind, ns in micro.items():
-        goal = " (the noise)" if kind.startswith("A/A") else " (goal <= 300)"
-        print(f"hot path alone, {kind} iterator: {ns:5.0f} ns added per next(){goal}")
-
-    without, frozen = frozen_viewer(args.batches, max(3, args.rounds // 2))
-    print("frozen viewer (instrumented loop, median batches/s, alternating rounds):")
-    print(f"  no viewer         {without:10.0f}")
-    print(f"  SIGSTOPped viewer {frozen:10.0f}")
-    print(f"  ratio             {frozen / without:10.4f}  (goal >= 0.99)")
+    t0 = time.monotonic()
+    if "hot" in only:
+        hot_path(args.batches, args.rounds)
+    if "micro" in only:
+        wrapper_only(500_000, args.rounds)
+    if "frozen" in only:
+        frozen_viewer(args.batches, max(5, args.rounds // 3))
+    if "epoch" in only:
+        epoch_start(args.epoch_rounds)
+    if "short" in only:
+        short_loaders(args.short_rounds, suspects=args.short_suspects)
+    print(f"({time.monotonic() - t0:.0f} s)")
 
 
 if __name__ == "__main__":

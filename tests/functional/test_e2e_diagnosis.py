@@ -215,11 +215,17 @@ def test_many_cpu_burning_workers_on_two_cores_are_cpu_saturated(verdicts):
 
     Batches that arrived out of order (or still sit in a busy worker's send buffer) count as
     ready, so `ready_when_waiting` is high here too; what tells this from main_process_bound is the
-    loop's own thread, measured mostly off-CPU inside next() (blocked, or starved by the workers)."""
+    loop's own thread, measured mostly off-CPU inside next() (blocked, or starved by the workers),
+    or the measured split of the wait (most of it before the batch was produced). The probe
+    samples the loop's CPU only while waits with batches ready are frequent, so a window may lack
+    that figure: then the split must be what decided."""
     for src in _check_category("saturated", verdicts):
         assert src["config"]["num_workers"] == 4
-        assert src["queue"]["loop_cpu_when_waiting"] is not None
-        assert src["queue"]["loop_cpu_when_waiting"] < 0.5
+        loop_cpu = src["queue"]["loop_cpu_when_waiting"]
+        split = src["stages"]["wait_split"]
+        blocked = loop_cpu is not None and loop_cpu < 0.25  # LOOP_CPU_MAIN_BOUND_MIN
+        producing = split is not None and split["handoff"] < 0.5  # HANDOFF_MAIN_BOUND
+        assert blocked or producing, (loop_cpu, split, src["queue"])
         doc_cpu = verdicts["saturated"]["snaps"]["docs"][0]["system"]["cpu_percent"]
         assert doc_cpu is None or doc_cpu >= 85
 

@@ -76,6 +76,19 @@ def test_multi_source_overview(snap_compare, size):
 
 
 @pytest.mark.parametrize("size", SIZES)
+def test_main_process_bound(snap_compare, size):
+    """The wait split measured: most of the wait is the handoff (the "time" bar's ▒)."""
+    assert snap_compare(make_app(fakes.main_process_bound_doc()), terminal_size=SIZES[size],
+                        run_before=ticks(0))
+
+
+@pytest.mark.parametrize("size", SIZES)
+def test_split_unknown(snap_compare, size):
+    """in_order=False: the probe cannot split the wait; the bar says so instead of guessing."""
+    assert snap_compare(make_app(fakes.unpaired_doc()), terminal_size=SIZES[size], run_before=ticks(0))
+
+
+@pytest.mark.parametrize("size", SIZES)
 def test_no_gpu(snap_compare, size):
     assert snap_compare(make_app(fakes.no_gpu_doc()), terminal_size=SIZES[size], run_before=ticks(0))
 

@@ -1,4 +1,5 @@
-"""Command-side rules without processes: the demo's shared phase arguments, `run`'s torch check."""
+"""Command-side rules without processes: the demo's shared phase arguments, `run`'s torch check,
+and the text report of `loadertop snapshot` / `--once` (on documents of the real model)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,9 @@ import pytest
 from loadertop.commands import demo, run
 from loadertop.examples import demo_train
 from loadertop.examples.demo_train import PHASES, phase_command_line
+from loadertop.viewer.report import render_text
+
+import fakes
 
 
 # ---------------------------------------------------------------------------- demo phases
@@ -121,3 +125,51 @@ def test_torch_warning(tmp_path, monkeypatch):
     other.symlink_to(os.path.realpath(sys.executable))
     assert run.torch_warning([str(other), "train.py"], env) is None
     assert run.torch_warning([_script(tmp_path / "job.sh", "#!/bin/sh")], env) is None
+
+
+# ---------------------------------------------------------------------------- the text report
+def _report_lines(doc) -> list[str]:
+    return render_text(doc).splitlines()
+
+
+def _after(lines: list[str], start: str) -> list[str]:
+    i = next(i for i, line in enumerate(lines) if line.strip().startswith(start))
+    return lines[i:]
+
+
+def test_report_says_where_the_time_goes():
+    """main_process_bound: 40 % waiting, 84 % of it after the batch was produced."""
+    doc = fakes.main_process_bound_doc()
+    assert doc.sources[0].diagnosis.category == "main_process_bound"
+    where, per_batch = _after(_report_lines(doc), "where the time goes")[:2]
+    assert where == "  where the time goes: step 60 % · waiting for workers 6.4 % · handoff 34 %"
+    assert per_batch == ("    per batch p50: fetch 11.5 · collate 0.60 · handoff 10.8 ms · "
+                         "1024 tensors, 24.0 MiB a batch")
+
+
+def test_report_says_why_the_split_is_unknown():
+    lines = _report_lines(fakes.unpaired_doc("in_order_false"))
+    where, per_batch = _after(lines, "where the time goes")[:2]
+    assert where == "  where the time goes: step 37 % · waiting 63 % (split unknown: in_order=False)"
+    assert "handoff – ms" in per_batch and "collate 4.04" in per_batch
+    stalled = _after(_report_lines(fakes.dead_worker_doc()), "where the time goes")
+    assert stalled[0].endswith("waiting 100 % (split unknown: no batch received)")
+    assert not stalled[1].strip().startswith("per batch")  # nothing known of a batch: no line
+
+
+def test_report_time_without_workers_and_when_idle():
+    where = _after(_report_lines(fakes.main_process_doc()), "where the time goes")[:2]
+    assert where[0] == "  where the time goes: step 45 % · fetching in the loop 55 % · handoff 0.4 %"
+    assert where[1] == "    per batch p50: fetch 26.4 · collate 2.50 · handoff 0.06 ms"
+    val = _after(_report_lines(fakes.multi_source_doc()), "val rank 0")
+    assert _after(val, "where the time goes")[0] == "  where the time goes: not iterated in the window"
+
+
+def test_report_workers_have_fetch_and_collate():
+    lines = _report_lines(fakes.main_process_bound_doc())
+    header, first = _after(lines, "worker  pid")[:2]
+    assert "fetch p50/p95 ms" in header and "collate p50/p95 ms" in header
+    columns = first.split()
+    assert columns[:3] == ["0", "41244", "alive"]
+    assert columns[3:6] == ["11.0", "/", "16.1"] and columns[6:9] == ["0.6", "/", "1.0"]
+    assert header.index("collate") == first.index("0.6 /")  # under its heading

@@ -61,7 +61,7 @@ def worker(i: int = 0, **overrides: Any) -> dict[str, Any]:
     """One `workers[]` entry, as a dict to merge into `make_source`'s."""
     w = {"id": i, "pid": 2000 + i, "alive": True, "exitcode": None, "cpu_percent": 95.0,
          "rss_bytes": 500 * MIB, "batches": 30, "fetch_ms": stats(80.0, p95=90.0, p99=100.0),
-         "cpu_fraction": 0.95}
+         "collate_ms": None, "cpu_fraction": 0.95}
     w.update(overrides)
     return w
 
@@ -104,6 +104,9 @@ def make_source(**overrides: Any) -> SourceFigures:
         "loop": {"fetch_ms": None, "cpu_fraction": None},
         "epoch": 1, "command": "python train.py", "endpoint": None, "started_at": 1764437000.0,
         "age_s": 0.2, "window_s": 3.0, "dropped": 0, "probe_cpu_fraction": 0.004,
+        "stages": {"fetch_ms": None, "collate_ms": None, "handoff_ms": None, "wait_split": None,
+                   "batches_paired": 0, "unpaired": None, "tensors_per_batch": None,
+                   "bytes_per_batch": None},
     }
     return msgspec.convert(_merge(base, overrides), SourceFigures)
 
@@ -566,8 +569,10 @@ def test_ready_when_waiting_evidence_names_the_margin_only_when_it_decided(rww, 
 
 @pytest.mark.parametrize("loop_cpu, expected", [
     (None, "main_process_bound"),   # no long waits measured: the ready samples decide
-    (0.49, "input_bound_cpu"),      # the loop was blocked inside next(), not busy
-    (0.5, "main_process_bound"), (0.95, "main_process_bound")])
+    (0.24, "input_bound_cpu"),      # the loop was blocked inside next(), not busy
+    (0.25, "main_process_bound"),
+    (0.55, "main_process_bound"),   # measured: busy receiving 64 small tensors a batch
+    (0.95, "main_process_bound")])
 def test_loop_cpu_while_waiting_vetoes_main_process_bound(loop_cpu, expected):
     src = input_bound(queue={"ready_when_waiting": 0.8, "loop_cpu_when_waiting": loop_cpu})
     assert cat(src) == expected
@@ -603,6 +608,94 @@ def test_main_process_bound_with_saturated_cpu_mentions_both():
     v = diagnose(src, make_system(cpu_percent=99.0))
     assert v.category == "main_process_bound"
     assert "CPU is saturated too" in text(v)
+
+
+def split(handoff: float, **stage_overrides: Any) -> dict[str, Any]:
+    """`stages` overrides: a measured wait split with `handoff` of the wait after production."""
+    st: dict[str, Any] = {"wait_split": {"producing": round(1 - handoff, 6), "handoff": handoff},
+                          "batches_paired": 40, "handoff_ms": stats(12.0)}
+    st.update(stage_overrides)
+    return st
+
+
+@pytest.mark.parametrize("handoff, rww, previous, expected", [
+    (0.49, 0.9, None, "input_bound_cpu"),   # the split says production: not the main process
+    (0.5, 0.9, None, "main_process_bound"), (0.5, 0.5, None, "main_process_bound"),
+    (0.45, 0.9, "main_process_bound", "main_process_bound"),  # held by the margin
+    (0.4, 0.9, "main_process_bound", "main_process_bound"),
+    (0.39, 0.9, "main_process_bound", "input_bound_cpu"),
+    (0.8, 0.05, None, "input_bound_cpu"),   # a long handoff with no batch piling up: late delivery
+    (0.8, 0.45, "main_process_bound", "main_process_bound"),  # the queue's own margin
+    (0.8, None, None, "main_process_bound")])  # no queue samples: the split alone
+def test_the_measured_split_decides_main_process_bound(handoff, rww, previous, expected):
+    src = input_bound(stages=split(handoff), queue={"ready_when_waiting": rww})
+    assert cat(src, previous=previous) == expected
+
+
+def test_a_long_handoff_with_an_empty_queue_is_late_delivery_from_the_workers():
+    # measured: a worker computing in pure Python (holding the GIL its queue feeder thread
+    # needs) showed 75-100 % handoff, about one fetch long, and no second batch ever ready
+    v = diagnose(input_bound(stages=split(0.75), queue={"ready_when_waiting": 0.0}), make_system())
+    assert v.category == "input_bound_cpu"
+    assert "75 % of the wait came after the batch was produced, yet a second batch was ready in " \
+           "only 0 % of the samples while the loop waited: the batches leave the workers late" \
+        in v.evidence
+    assert any("holds the GIL" in a for a in v.advice), v.advice
+    assert "more workers will not help" not in text(v)
+
+
+def test_main_process_bound_from_the_split_names_it_and_the_margin():
+    v = diagnose(input_bound(stages=split(0.72), queue={"ready_when_waiting": 0.9}), make_system())
+    assert v.category == "main_process_bound"
+    assert "72 % of the wait came after the batch was produced: handing it to the loop " \
+           "(threshold 50 %)" in v.evidence
+    assert "handoff 12 ms per batch (p50)" in v.evidence
+    held = diagnose(input_bound(stages=split(0.45), queue={"ready_when_waiting": 0.9}),
+                    make_system(), "main_process_bound")
+    assert "(threshold 50 %, held until below 40 %)" in text(held)
+
+
+def test_a_starved_handoff_on_a_saturated_cpu_is_cpu_saturated():
+    # 4 CPU-burning workers and a busy loop on 2 cores measured 68 % handoff: the queue samples
+    # (no batch ready while waiting) show the main process is starved, not the limit
+    src = input_bound(stages=split(0.68), workers=light_workers(),
+                      queue={"ready_when_waiting": 0.1})
+    assert cat(src, make_system(cpu_percent=99.0)) == "cpu_saturated"
+    agree = input_bound(stages=split(0.68), queue={"ready_when_waiting": 0.9})
+    v = diagnose(agree, make_system(cpu_percent=99.0))
+    assert v.category == "main_process_bound" and "CPU is saturated too" in text(v)
+    assert any("ready in 90 %" in line for line in v.evidence)
+
+
+def test_many_small_tensors_lead_the_main_process_advice():
+    src = input_bound(stages=split(0.8, tensors_per_batch=64, bytes_per_batch=64 * 8),
+                      queue={"ready_when_waiting": 0.9})
+    v = diagnose(src, make_system())
+    assert v.advice[0].startswith("a batch holds 64 tensors of 8 B on average")
+    few = diagnose(input_bound(stages=split(0.8, tensors_per_batch=2, bytes_per_batch=1 << 20),
+                               queue={"ready_when_waiting": 0.9}), make_system())
+    assert "64 tensors" not in text(few) and "fewer, larger tensors" in text(few)
+
+
+def test_input_bound_verdicts_quote_the_producing_share():
+    v = diagnose(input_bound(stages=split(0.07)), make_system())
+    assert v.category == "input_bound_cpu"
+    assert "93 % of the wait came before the batch was produced: the workers are the limit" \
+        in v.evidence
+    assert not any("before the batch" in line for line in diagnose(input_bound(), make_system()).evidence)
+
+
+def test_a_collate_fn_dearer_than_the_fetch_is_named():
+    workers = [worker(i, fetch_ms=stats(5.0), collate_ms=stats(20.0)) for i in range(4)]
+    src = input_bound(workers=workers,
+                      stages=split(0.05, fetch_ms=stats(5.0), collate_ms=stats(20.0)))
+    v = diagnose(src, make_system())
+    assert any(a.startswith("collate_fn takes 20 ms per batch, more than getting the items (5.0 ms)")
+               for a in v.advice), v.advice
+    # and the worker count counts the whole batch: (5 + 20) ms / 20 ms step = 2 -> keeps up at 4
+    assert "fetch 25 ms per batch / step 20 ms" in text(v)
+    cheap = input_bound(stages=split(0.05, fetch_ms=stats(20.0), collate_ms=stats(5.0)))
+    assert "collate_fn takes" not in text(diagnose(cheap, make_system()))
 
 
 # ---------------------------------------------------------------------------------------------

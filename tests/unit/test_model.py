@@ -120,7 +120,8 @@ def test_snapshot_json_is_one_encode_of_the_document():
 SCENARIOS = [fakes.healthy_doc, fakes.gpu_doc, fakes.no_gpu_doc, fakes.io_bound_doc,
              fakes.dead_worker_doc, fakes.waiting_doc, fakes.empty_doc, fakes.waiting_for_system_doc,
              fakes.disconnected_doc, fakes.stale_doc, fakes.same_name_doc, fakes.multi_source_doc,
-             fakes.main_process_doc, fakes.bad_frames_doc,
+             fakes.main_process_doc, fakes.bad_frames_doc, fakes.main_process_bound_doc,
+             fakes.unpaired_doc,
              lambda: fakes.margin_history()[-1],
              lambda: fakes.workers_doc((20.0, 50.0, 60.0, 99.0), (1, 9, 2, 3))]
 
@@ -151,6 +152,7 @@ def test_the_fakes_show_the_states_and_verdicts_they_are_named_after():
     assert multi.diagnosis.category == "input_bound_cpu"
     assert multi.ranks.straggler == multi.diagnosis.source == "gpu-node-2:50200:train"
     assert verdicts(fakes.main_process_doc()) == [("waiting", "input_bound_cpu")]
+    assert verdicts(fakes.main_process_bound_doc()) == [("running", "main_process_bound")]
     assert fakes.waiting_doc("ipc:///x.sock").viewer.endpoints == ("ipc:///x.sock",)
     assert fakes.waiting_for_system_doc().system is None
     bad = fakes.bad_frames_doc(malformed=3, wrong_version=1).viewer
@@ -161,3 +163,44 @@ def test_the_fakes_show_the_states_and_verdicts_they_are_named_after():
     assert last.wait_fraction is not None and 0.07 <= last.wait_fraction < 0.10
     assert last.diagnosis.category == "input_bound_cpu"  # held by the margin
     assert "held until below 7 %" in last.diagnosis.evidence[0]
+
+
+def _staged(seq: int, stages: wire.StageReport | None, **worker) -> wire.LoaderReport:
+    return msgspec.structs.replace(_report(seq, **worker), stages=stages)
+
+
+def test_stages_from_the_workers_and_the_paired_batches():
+    model = Model(window_s=3.0)
+    for seq in range(4):
+        model.ingest(_staged(seq, wire.StageReport(
+            paired=5, producing_ns=3 * 10**7, handoff_ns=10**7, handoff_us=[2_000] * 5,
+            batch_tensors=3, batch_bytes=96), collate_us=[8_000] * 5), now=10.0 + seq * 0.25)
+    (src,) = model.advance(11.0).sources
+    st = src.stages
+    assert st.fetch_ms is not None and st.fetch_ms.p50 == 40.0  # the items, from the workers
+    assert st.collate_ms is not None and st.collate_ms.p50 == 8.0
+    assert src.workers[0].collate_ms is not None and src.workers[0].collate_ms.p50 == 8.0
+    assert st.handoff_ms is not None and st.handoff_ms.p50 == 2.0
+    assert st.wait_split is not None
+    assert (st.wait_split.producing, st.wait_split.handoff) == (0.75, 0.25)
+    assert (st.batches_paired, st.unpaired) == (20, None)
+    assert (st.tensors_per_batch, st.bytes_per_batch) == (3, 96)
+
+
+def test_stages_unknown_are_null_with_their_reason():
+    model = Model(window_s=3.0)
+    model.ingest(_staged(0, wire.StageReport(unpaired="in_order_false")), now=10.0)
+    model.ingest(_staged(1, None), now=10.25)  # a probe without stages says nothing
+    (src,) = model.advance(10.5).sources
+    st = src.stages
+    assert st.handoff_ms is None and st.wait_split is None and st.batches_paired == 0
+    assert st.unpaired == "in_order_false"
+    assert st.collate_ms is None  # no collate samples: unknown, not 0
+
+
+def test_a_split_needs_a_few_paired_batches():
+    model = Model(window_s=3.0)
+    model.ingest(_staged(0, wire.StageReport(paired=2, producing_ns=10, handoff_ns=10,
+                                             handoff_us=[1, 1])), now=10.0)
+    (src,) = model.advance(10.1).sources
+    assert src.stages.wait_split is None and src.stages.handoff_ms is not None

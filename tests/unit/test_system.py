@@ -420,3 +420,19 @@ def test_float_rounding_dust_on_an_idle_core_is_zero_not_unknown():
     after = _ticks(total=1000.2, busy=500.3 - 4.5e-13)
     assert _cpu_percent(before, after)[0] == 0.0
     assert _cpu_percent(before, _ticks(total=1000.2, busy=500.2))[0] is None  # really backwards
+
+
+@pytest.mark.skipif(not os.path.isfile("/proc/stat"), reason="Linux procfs")
+def test_the_procfs_reader_reads_what_psutil_reads():
+    """The cheaper /proc reader behind the 1 Hz system sample: the same figures as psutil's."""
+    from loadertop.system.host import ProcfsCounters, read_counters
+
+    ours, theirs = ProcfsCounters()(), read_counters()
+    assert len(ours.per_cpu) == len(theirs.per_cpu) == psutil.cpu_count()
+    assert (ours.swap_total_bytes, ours.disk_read_bytes is None) == \
+        (theirs.swap_total_bytes, theirs.disk_read_bytes is None)
+    # cumulative counters read a moment apart: equal or a little later, never earlier
+    assert -1e-6 <= theirs.cpu.total - ours.cpu.total < 5.0  # float sums of the same ticks
+    if ours.disk_read_bytes is not None:
+        assert 0 <= theirs.disk_read_bytes - ours.disk_read_bytes < 1 << 30
+    assert ours.mem_total_bytes == psutil.virtual_memory().total

@@ -28,6 +28,7 @@ from loadertop.viewer.widgets import (
     MemoryPanel,
     OverviewTable,
     WorkersTable,
+    graphics,
 )
 from loadertop.viewer.widgets.theme import CATEGORY_STYLES
 
@@ -185,7 +186,8 @@ def test_sort_keys_reorder_workers():
         assert ids()[0] == "1"
         await pilot.press("f")
         await pilot.pause()
-        assert ids()[0] == "3"  # fetch p95 grows with the id in the fake document
+        assert ids()[0] == "3"  # fetch p50 grows with the id in the fake document
+        assert "sort fetch p50" in str(table.border_title)
         await pilot.press("i")
         await pilot.pause()
         assert ids() == ["0", "1", "2", "3"]
@@ -576,7 +578,7 @@ def test_viewer_imports_neither_torch_nor_zmq():
 def test_fake_documents_are_valid_and_deterministic():
     for builder in (fakes.healthy_doc, fakes.gpu_doc, fakes.no_gpu_doc, fakes.io_bound_doc,
                     fakes.dead_worker_doc, fakes.disconnected_doc, fakes.multi_source_doc,
-                    fakes.main_process_doc):
+                    fakes.main_process_doc, fakes.main_process_bound_doc, fakes.unpaired_doc):
         doc = builder()
         assert decode_json(encode_json(doc)) == doc  # a strict decode into the document's types
         assert builder() == doc
@@ -617,3 +619,125 @@ def test_more_workers_than_rows_says_how_many_more():
         assert text_of(table).splitlines()[1].split()[0] == str(n - 1)
 
     run(body, make_app(doc))
+
+
+# --------------------------------------------------------------------------- where the time goes
+
+
+def _line(panel, start: str) -> str:
+    return next(line.strip() for line in text_of(panel).splitlines()
+                if line.lstrip().startswith(start))
+
+
+def _bar_cells(line: str) -> dict[str, int]:
+    """The cells of each glyph inside the bar's ▕ … ▏."""
+    bar = line[line.index("▕") + 1:line.index("▏")]
+    return {glyph: bar.count(glyph) for glyph in "█▓▒·"}
+
+
+def test_time_bar_shows_the_measured_split():
+    """main_process_bound: 40 % of the window waiting, 84 % of that after the batch was produced.
+    The bar and its figures: step 60 %, waiting for workers 0.4 × 16 % = 6.4 %, handoff 34 %."""
+    doc = fakes.main_process_bound_doc()
+    src = doc.sources[0]
+    assert src.diagnosis.category == diagnosis.MAIN_PROCESS_BOUND
+    split = src.stages.wait_split
+    assert src.wait_fraction == 0.4 and split is not None and split.handoff == 0.841
+
+    async def body(app, pilot):
+        loader = app.query_one(LoaderPanel)
+        line = _line(loader, "time")
+        assert "█ step 60 %" in line and "▓ waiting for workers 6.4 %" in line
+        assert "▒ handoff 34 %" in line and "…" not in line
+        cells = _bar_cells(line)
+        width = sum(cells.values())
+        assert width >= 20 and cells["·"] == 0  # the three parts fill the bar
+        assert abs(cells["█"] / width - 0.6) <= 1 / width
+        assert abs(cells["▒"] / width - 0.4 * 0.841) <= 1 / width
+        assert abs(cells["▓"] / width - 0.4 * 0.159) <= 1 / width
+        assert "batch p50 fetch 11.5  collate 0.60  handoff 10.8  ms" in _line(loader, "batch")
+        assert "1024 tensors · 24.0 MiB" in _line(loader, "batch")
+
+    run(body, make_app(doc), size=(160, 50))
+
+    async def compact(app, pilot):
+        loader = app.query_one(LoaderPanel)
+        line = _line(loader, "time")
+        # 80 columns: the same figures, "waiting for workers" said shorter, nothing cut.
+        assert "█ step 60 %" in line and "▓ workers 6.4 %" in line and "▒ handoff 34 %" in line
+        assert "…" not in line and sum(_bar_cells(line).values()) >= 20
+        assert "handoff 10.8" in _line(loader, "batch")
+
+    run(compact, make_app(doc), size=(80, 24))
+
+
+def test_time_bar_with_the_split_unknown_says_why():
+    doc = fakes.unpaired_doc("in_order_false")
+    src = doc.sources[0]
+    assert src.stages.wait_split is None and src.stages.unpaired == "in_order_false"
+
+    for size in ((160, 50), SIZE, (80, 24)):
+        async def body(app, pilot, size=size):
+            loader = app.query_one(LoaderPanel)
+            line = _line(loader, "time")
+            # The step and the whole wait only, and why: never a made-up split.
+            assert "█ step 37 %" in line and "▓ waiting 63 %" in line and "…" not in line
+            assert "handoff" not in line and "▒" not in line
+            # Beside the bar; in a narrow wide panel (120 columns) on the line below it.
+            lines = [row.strip() for row in text_of(loader).splitlines()]
+            below = lines[lines.index(line) + 1]
+            assert "split unknown: in_order=False" in (below if size == SIZE else line)
+            assert "handoff –" in _line(loader, "batch")
+
+        run(body, make_app(doc), size=size)
+
+
+def test_time_bar_without_workers_and_without_batches():
+    async def no_workers(app, pilot):
+        line = _line(app.query_one(LoaderPanel), "time")
+        assert "▓ fetching in the loop 55 %" in line and "waiting for workers" not in line
+        assert "█ step 45 %" in line and "▒ handoff 0.4 %" in line
+
+    run(no_workers, make_app(fakes.main_process_doc()), size=(160, 50))
+
+    async def stalled(app, pilot):
+        line = _line(app.query_one(LoaderPanel), "time")
+        assert "▓ waiting 100 %" in line and "split unknown: no batch received" in line
+        assert "…" not in line
+
+    run(stalled, make_app(fakes.dead_worker_doc()), size=(80, 24))
+
+    async def idle(app, pilot):
+        await pilot.press("tab")  # rank 0's val loader: not iterated
+        await pilot.pause()
+        loader = app.query_one(LoaderPanel)
+        assert "val" in str(loader.border_title)
+        assert "not iterated in the window" in _line(loader, "time")
+
+    run(idle, make_app(fakes.multi_source_doc()))
+
+
+def test_workers_table_has_fetch_and_collate_columns():
+    async def body(app, pilot):
+        table = app.query_one(WorkersTable)
+        labels = table.column_labels()
+        assert "fetch p50" in labels and "collate p50" in labels
+        column = labels.index("collate p50")
+        assert [r[column] for r in table_text(table)] == ["0.60"] * 4
+
+    for size in (SIZE, (80, 24), (200, 50)):
+        run(body, make_app(fakes.main_process_bound_doc()), size=size)
+
+
+def test_stacked_bar_cells_add_up():
+    def cells(parts, width):
+        return [(text[0], len(text)) for text, _ in graphics.stacked_bar(parts, width, "dim")]
+
+    # Largest remainder: 0.6/0.064/0.336 of 25 cells is 15/1.6/8.4 → 15, 2, 8.
+    assert cells([(0.6, "█", "g"), (0.064, "▓", "y"), (0.336, "▒", "o")], 25) == [
+        ("█", 15), ("▓", 2), ("▒", 8)]
+    assert cells([(0.37, "█", "g"), (0.63, "▓", "y")], 11) == [("█", 4), ("▓", 7)]
+    assert cells([(0.25, "█", "g"), (None, "▓", "y")], 8) == [("█", 2), ("·", 6)]  # unknown: none
+    assert cells([(0.62, "█", "g"), (0.381, "▓", "y")], 10) == [("█", 6), ("▓", 4)]  # over 1: scaled
+    assert cells([(0.004, "█", "g"), (0.996, "▓", "y")], 20) == [("▓", 20)]
+    assert cells([], 6) == [("·", 6)]

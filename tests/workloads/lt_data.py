@@ -13,7 +13,7 @@ import time
 import torch
 from torch.utils.data import Dataset, IterableDataset, get_worker_info
 
-KINDS = ("sleep", "cpu", "cheap", "hang", "exit", "raise")
+KINDS = ("sleep", "cpu", "spin", "cheap", "hang", "exit", "raise")
 
 
 _BLOCK = bytes(1 << 16)
@@ -30,6 +30,16 @@ def burn_cpu(ms: float) -> None:
     end = time.thread_time() + ms / 1000.0
     while time.thread_time() < end:
         hashlib.sha256(_BLOCK).digest()
+
+
+def spin_cpu(ms: float) -> None:
+    """Use `ms` of CPU in pure Python, holding the GIL (a Python-heavy transform): the worker's
+    queue feeder thread then gets the GIL only at the interpreter's switch interval."""
+    end = time.thread_time() + ms / 1000.0
+    n = 0
+    while time.thread_time() < end:
+        for _ in range(1000):
+            n += 1
 
 
 def _record_pid(piddir: str | None, seen: dict) -> None:
@@ -112,6 +122,8 @@ class WorkloadDataset(Dataset):
             time.sleep(self.ms / 1000.0)
         elif self.kind == "cpu":
             burn_cpu(self.ms)
+        elif self.kind == "spin":
+            spin_cpu(self.ms)
         if bad and self.kind == "hang":
             while True:
                 time.sleep(3600)
@@ -169,3 +181,47 @@ def pair_collate(batch):
     """A custom collate_fn: (stacked x, list of y, sum of tags)."""
     xs = torch.stack([b["x"] for b in batch])
     return xs, [b["y"] for b in batch], sum(b["tag"] for b in batch)
+
+
+class SleepCollate:
+    """`default_collate` after sleeping `ms`: a collate_fn with a known cost (picklable)."""
+
+    def __init__(self, ms: float) -> None:
+        self.ms = ms
+
+    def __call__(self, items):
+        from torch.utils.data import default_collate
+
+        time.sleep(self.ms / 1000.0)
+        return default_collate(items)
+
+
+def list_collate(items):
+    """No stacking: a batch is a list of the items' own small tensors (each crosses processes on
+    its own: the classic many-small-tensors handoff)."""
+    return list(items)
+
+
+class CountingCollate:
+    """`default_collate` that appends one line per call to `<directory>/collate.<pid>`."""
+
+    def __init__(self, directory: str) -> None:
+        self.directory = directory
+
+    def __call__(self, items):
+        from torch.utils.data import default_collate
+
+        with open(os.path.join(self.directory, f"collate.{os.getpid()}"), "a") as fh:
+            fh.write("1\n")
+        return default_collate(items)
+
+
+class CountingInit:
+    """A worker_init_fn that appends one line per call to `<directory>/init.<pid>`."""
+
+    def __init__(self, directory: str) -> None:
+        self.directory = directory
+
+    def __call__(self, worker_id: int) -> None:
+        with open(os.path.join(self.directory, f"init.{os.getpid()}"), "a") as fh:
+            fh.write(f"{worker_id}\n")

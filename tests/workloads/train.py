@@ -31,7 +31,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import torch
-from lt_data import WorkloadDataset, burn_cpu
+from lt_data import SleepCollate, WorkloadDataset, burn_cpu, list_collate
 from torch.utils.data import DataLoader
 
 import loadertop
@@ -55,6 +55,10 @@ def parse(argv=None):
     p.add_argument("--end", choices=("normal", "raise", "sleep"), default="normal")
     p.add_argument("--nice-workers", type=int, default=0,
                    help="workers lower their priority by this much (worker_init_fn)")
+    p.add_argument("--collate-ms", type=float, default=0.0, help="collate_fn sleeps this long")
+    p.add_argument("--list-batches", action="store_true",
+                   help="collate_fn returns the items' tensors unstacked (many small tensors)")
+    p.add_argument("--out-of-order", action="store_true", help="in_order=False (torch >= 2.6)")
     p.add_argument("--name", default="train")
     p.add_argument("--context", default=None, help="multiprocessing context (fork, spawn, ...)")
     p.add_argument("--persistent", action="store_true")
@@ -125,8 +129,14 @@ def main(argv=None) -> int:
         kwargs["persistent_workers"] = args.persistent
         if args.context:
             kwargs["multiprocessing_context"] = args.context
+        if args.out_of_order:
+            kwargs["in_order"] = False
         if args.nice_workers:
             kwargs["worker_init_fn"] = functools.partial(nice_worker, args.nice_workers)
+    if args.collate_ms:
+        kwargs["collate_fn"] = SleepCollate(args.collate_ms)
+    elif args.list_batches:
+        kwargs["collate_fn"] = list_collate
     loader = DataLoader(ds, batch_size=args.batch_size, num_workers=args.workers, **kwargs)
     if not args.plain:
         loader = loadertop.instrument(loader, name=args.name)

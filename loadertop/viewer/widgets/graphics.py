@@ -123,6 +123,34 @@ def bar_spans(fraction: float | None, width: int, colour: str, track_style: str)
     return tuple(s for s in ((filled, colour), (track, track_style)) if s[0])
 
 
+def stacked_bar(parts: Sequence[tuple[float | None, str, Any]], width: int,
+                track_style: Any) -> Line:
+    """One bar of several parts, htop's meter style: ``parts`` are ``(fraction, glyph, style)``,
+    left to right, each drawn ``glyph`` × its share of ``width`` cells (shares of 1 in all; what
+    they leave is track). Cells go to the parts by the largest remainder, so the cells add up to
+    the parts' sum however they round; an unknown (None) or negative part takes none."""
+    width = max(1, width)
+    shares = [min(max(f or 0.0, 0.0), 1.0) for f, _, _ in parts]
+    total = sum(shares)
+    if total > 1.0:  # rounding in the figures (0.62 + 0.381): scale down to the bar
+        shares = [s / total for s in shares]
+        total = 1.0
+    exact = [s * width for s in shares]
+    counts = [int(e) for e in exact]
+    filled = min(width, int(round(total * width)))
+    # The cells rounding left over go to the parts that lost most to it.
+    for i in sorted(range(len(parts)), key=lambda i: exact[i] - counts[i], reverse=True):
+        if sum(counts) >= filled:
+            break
+        if exact[i] > counts[i]:
+            counts[i] += 1
+    out: list[Span] = [(glyph * n, style) for (_, glyph, style), n in zip(parts, counts) if n > 0]
+    rest = width - sum(counts)
+    if rest > 0:
+        out.append((TRACK * rest, track_style))
+    return tuple(out)
+
+
 # --------------------------------------------------------------------------- the core grid
 
 MAX_CORE_ROWS = 4
@@ -171,7 +199,7 @@ def core_grid(per_cpu: Sequence[float | None], width: int, colour: Callable[[flo
 #: them is as wide as it is long, which is measured without Rich's per-character table (a new
 #: sparkline every tick missed Rich's cache: 7 µs a string, a tenth of the 10 Hz viewer's CPU).
 _ONE_CELL = str.maketrans("", "", SPARK_CHARS + BAR_PARTIAL + TRACK + ELLIPSIS
-                          + "▕▏–●✖⟳◀▶▲▼÷≥×⏸│°")
+                          + "▕▏–●✖⟳◀▶▲▼÷≥×⏸│°░▒▓")
 
 
 def cells(text: str) -> int:

@@ -22,7 +22,7 @@ HELP_TEXT = """\
   + / -         refresh slower / faster ({steps} s)
   tab, ]        next source        shift+tab, \\[   previous source
   o             overview: all sources (ranks, train/val) in one table
-  c m f i       sort workers by CPU %, RSS, fetch p95, id (again: reverse)
+  c m f i       sort workers by CPU %, RSS, fetch p50, id (again: reverse)
 
 [b]Reading the screen[/b]
 {reading}

@@ -5,7 +5,8 @@ from __future__ import annotations
 import math
 
 from loadertop.document import Source, Stats
-from loadertop.viewer.units import MISSING, fmt_float, fmt_frac_pct, fmt_ms, fmt_per_s
+from loadertop.viewer.report import TimeShares, time_shares
+from loadertop.viewer.units import MISSING, fmt_bytes, fmt_float, fmt_frac_pct, fmt_ms, fmt_per_s
 from loadertop.viewer.widgets import graphics
 from loadertop.viewer.widgets.graphics import Line, Span
 from loadertop.viewer.widgets.history import History, LoaderSeries
@@ -15,6 +16,7 @@ from loadertop.viewer.widgets.theme import (
     BAD,
     BLOCKED_SHOW_MS,
     DIM,
+    STAGE_PARTS,
     STATE_COLOURS,
     category_style,
     queue_colour,
@@ -28,6 +30,13 @@ MAX_GRAPH_ROWS = 8
 MIN_TABLE_ROWS = 6
 #: Of the rows left for graphs, the wait graph takes this share, the rate graph the rest.
 WAIT_GRAPH_SHARE = 0.6
+#: The "where the time goes" bar: at least this wide, at most this wide; narrower than
+#: `TIME_BAR_LONG_LABELS`, the labels get shorter first.
+TIME_BAR_MIN, TIME_BAR_MAX, TIME_BAR_LONG_LABELS = 6, 50, 20
+#: Its labels said shorter, one more each time, for a bar of TIME_BAR_LONG_LABELS cells ...
+TERSE_LABELS = (("waiting for workers", "workers"), ("fetching in the loop", "fetching"))
+#: ... and these too, only where the line would not fit at all.
+SQUEEZED_LABELS = (("waiting", "wait"), ("split unknown:", "unknown:"))
 
 
 def stats_spans(stats: Stats | None, keys: tuple[str, ...] = ("p50", "p95", "p99")) -> list[Span]:
@@ -40,8 +49,9 @@ def stats_spans(stats: Stats | None, keys: tuple[str, ...] = ("p50", "p95", "p99
 
 class LoaderPanel(Panel):
     """The selected source (`Source`; None before any): state and rate, wait percentiles, the wait
-    fraction, step, the queue (or the main process' own fetch with num_workers=0), and two graphs:
-    the wait p95 and the batch rate."""
+    fraction, where the time goes (a bar of the loop's step, its wait for workers and the handoff,
+    then the stages of a batch), step, the queue (or the main process' own fetch with
+    num_workers=0), and two graphs: the wait p95 and the batch rate."""
 
     WAIT_P95 = LoaderSeries("wait p95", lambda src: None if src.wait_ms is None else src.wait_ms.p95)
     RATE = LoaderSeries("batches/s", lambda src: src.batches_per_s)
@@ -67,6 +77,8 @@ class LoaderPanel(Panel):
                     (fmt_frac_pct(wf), f"bold {wait_colour(wf, category)}"), (" of the time", DIM)))
         if src.blocked_ms is not None and src.blocked_ms >= BLOCKED_SHOW_MS:
             out.append(((f"blocked in next() for {fmt_ms(src.blocked_ms)}", f"bold {BAD}"),))
+        out += self._time_lines(src, width)
+        out.append(self._stages_line(src, width))
         if not self.compact:
             out.append((("step  ", "bold"), *stats_spans(src.step_ms, ("p50", "p95"))))
         out.append(self._queue_line(src, width))
@@ -100,6 +112,86 @@ class LoaderPanel(Panel):
                 (f"{src.batches}" + (f"/{total}" if total else ""), ""), ("  ", ""),
                 (fmt_per_s(src.batches_per_s), "bold"), (" batches/s  ", DIM),
                 (fmt_per_s(src.samples_per_s), "bold"), (" samples/s", DIM))
+
+    def _time_lines(self, src: Source, width: int) -> list[Line]:
+        """Where the window's time went, as htop draws a meter: the loop's own step, waiting for
+        the batch to be produced, the handoff after — then each share, in its part's colour.
+        With the split unknown, the step and the whole wait, and why (on a line of its own where
+        a wide panel is too narrow for it beside the bar)."""
+        head: Line = (("time  ", "bold"),)
+        shares = time_shares(src)
+        if shares is None:
+            why = "not iterated in the window" if src.wait_fraction is not None else MISSING
+            return [(*head, ("▕", DIM), *graphics.stacked_bar((), TIME_BAR_MIN, DIM), ("▏ ", DIM),
+                     (why, DIM))]
+
+        def room(legend: Line) -> int:
+            return width - graphics.line_len(head) - 3 - graphics.line_len(legend)
+
+        # The longest labels that leave the bar TIME_BAR_LONG_LABELS cells; else the reason of
+        # an unknown split below the bar (wide); else any that leave TIME_BAR_MIN.
+        terse = TERSE_LABELS + SQUEEZED_LABELS
+        inline = [self._legend(shares, dict(terse[:n])) for n in range(len(terse) + 1)]
+        legend = next((leg for leg in inline[:len(TERSE_LABELS) + 1]
+                       if room(leg) >= TIME_BAR_LONG_LABELS), None)
+        apart = False
+        if legend is None and not self.compact and shares.unknown is not None:
+            legend = self._legend(shares, apart=True)
+            apart = room(legend) >= TIME_BAR_LONG_LABELS
+        if not apart and legend is None or legend is not None and room(legend) < TIME_BAR_MIN:
+            legend = next((leg for leg in inline if room(leg) >= TIME_BAR_MIN), inline[-1])
+        bar_w = max(TIME_BAR_MIN, min(TIME_BAR_MAX, room(legend)))
+        parts = [(shares.step, *STAGE_PARTS["step"])]
+        if shares.producing is None or shares.handoff is None:
+            parts.append((shares.wait, *STAGE_PARTS["wait"]))
+        else:
+            parts += [(shares.producing, *STAGE_PARTS["producing"]),
+                      (shares.handoff, *STAGE_PARTS["handoff"])]
+        lines: list[Line] = [(*head, ("▕", DIM), *graphics.stacked_bar(parts, bar_w, DIM),
+                              ("▏ ", DIM), *legend)]
+        if apart:
+            lines.append((("      ", ""), ("split unknown: ", DIM), (shares.unknown or MISSING, "")))
+        return lines
+
+    @staticmethod
+    def _legend(shares: TimeShares, words: dict[str, str] | None = None, apart: bool = False) -> Line:
+        """"█ step 62 %  ▓ waiting for workers 30 %  ▒ handoff 8 %", its labels said as ``words``
+        says (e.g. "waiting for workers" → "workers"); ``apart``: without the reason of an
+        unknown split (said on a line of its own)."""
+        words = words or {}
+
+        def part(key: str, label: str, share: float) -> list[Span]:
+            glyph, colour = STAGE_PARTS[key]
+            return [(f"{glyph} ", colour), (f"{words.get(label, label)} ", DIM),
+                    (fmt_frac_pct(share), f"bold {colour}")]
+
+        out = part("step", "step", shares.step)
+        if shares.producing is None or shares.handoff is None:
+            out += [("  ", ""), *part("wait", "waiting", shares.wait)]
+            if not apart:
+                out += [(f"  {words.get('split unknown:', 'split unknown:')} ", DIM),
+                        (shares.unknown or MISSING, "")]
+            return tuple(out)
+        out += [("  ", ""), *part("producing", shares.producing_label, shares.producing),
+                ("  ", ""), *part("handoff", "handoff", shares.handoff)]
+        return tuple(out)
+
+    def _stages_line(self, src: Source, width: int) -> Line:
+        """One batch's stages (p50): getting the items, collate_fn, the handoff to the loop; wide
+        and where it fits, what a sampled batch holds."""
+        stages = src.stages
+        line: list[Span] = [("batch ", "bold"), ("p50 ", DIM)]
+        for name, stats in (("fetch", stages.fetch_ms), ("collate", stages.collate_ms),
+                            ("handoff", stages.handoff_ms)):
+            line += [(f"{name} ", DIM), (fmt_ms(None if stats is None else stats.p50), ""), ("  ", "")]
+        line.append(("ms", DIM))
+        tensors, size = stages.tensors_per_batch, stages.bytes_per_batch
+        if not self.compact and tensors and size is not None:
+            noun = " tensors · " if tensors != 1 else " tensor · "
+            extra: list[Span] = [("   ", ""), (str(tensors), ""), (noun, DIM), (fmt_bytes(size), "")]
+            if graphics.line_len(tuple(line)) + graphics.line_len(tuple(extra)) <= width:
+                line += extra
+        return tuple(line)
 
     def _queue_line(self, src: Source, width: int) -> Line:
         queue = src.queue

@@ -62,6 +62,26 @@ def category_style(category: str | None) -> CategoryStyle:
 STATE_COLOURS: dict[str, str] = {"running": OK, "waiting": WARN, "stalled": f"bold {BAD}",
                                  "gone": BAD}
 
+# --------------------------------------------------------------------------- where the time goes
+
+
+class StagePart(NamedTuple):
+    glyph: str  # the bar's cells (told apart without colour too: --no-color, NO_COLOR)
+    colour: str
+
+
+#: The parts of the loader panel's "where the time goes" bar, each in the colour of the verdict it
+#: points to when it dominates: the loop's own step (compute-bound), waiting while the batch is
+#: produced (input-bound), the handoff after (main-process-bound); `wait` is the whole wait when
+#: the probe could not split it.
+STAGE_PARTS: dict[str, StagePart] = {
+    "step": StagePart("█", CATEGORY_STYLES[diagnosis.COMPUTE_BOUND].colour),
+    "producing": StagePart("▓", CATEGORY_STYLES[diagnosis.INPUT_BOUND_CPU].colour),
+    "handoff": StagePart("▒", CATEGORY_STYLES[diagnosis.MAIN_PROCESS_BOUND].colour),
+    "wait": StagePart("▓", CATEGORY_STYLES[diagnosis.INPUT_BOUND_CPU].colour),
+}
+
+
 # --------------------------------------------------------------------------- colour bands
 
 #: A load (CPU of a core or of the machine, GPU memory, swap in use) turns yellow from here: a
@@ -168,6 +188,12 @@ def reading_the_screen() -> str:
         "(healthy again",
         f"             below {_pct(d.WAIT_FRACTION_COMPUTE_BOUND)}), red from "
         f"{_pct(model.WAITING_FRACTION)} (the state turns `waiting`)",
+        f"  time       wall time: the loop's step {STAGE_PARTS['step'].glyph}, waiting while a batch "
+        f"is made {STAGE_PARTS['producing'].glyph},",
+        f"             the handoff after {STAGE_PARTS['handoff'].glyph} (receiving, unpickling, "
+        "pin_memory, order);",
+        f"             main-process-bound from {_pct(d.HANDOFF_MAIN_BOUND)} of the wait in the handoff",
+        "  batch      per batch p50: fetch (getting the items), collate_fn, handoff",
         "  queue      batches ready for the loop / requested from workers / capacity",
         "  cpu_frac   worker CPU time ÷ wall time while producing a batch: near 1",
         f"             it computes, below {d.IO_CPU_FRACTION:.2f} it mostly waits (disk, network, locks)",

@@ -25,23 +25,28 @@ class WorkerSort(NamedTuple):
 WORKER_SORTS: dict[str, WorkerSort] = {
     "cpu": WorkerSort("CPU %", lambda w: _none_low(w.cpu_percent), True),
     "mem": WorkerSort("RSS", lambda w: _none_low(w.rss_bytes), True),
-    "fetch": WorkerSort("fetch p95", lambda w: _none_low(None if w.fetch_ms is None else w.fetch_ms.p95),
+    "fetch": WorkerSort("fetch p50", lambda w: _none_low(None if w.fetch_ms is None else w.fetch_ms.p50),
                         True),
     "id": WorkerSort("id", lambda w: _none_low(w.id), False),
 }
 
 
 class WorkersTable(LineTable):
+    """Per worker: getting the items (fetch) and the collate_fn, each per batch in ms — together a
+    worker's whole time per batch — its CPU share while producing, CPU % and memory."""
+
     COLUMN_SETS = (
-        ("id", "pid", "state", "batches", "fetch50", "fetch95", "busy", "cpu", "rss"),
-        ("id", "pid", "state", "fetch50", "fetch95", "busy", "cpu", "rss"),
-        ("id", "state", "fetch95", "busy", "cpu", "rss"),
+        ("id", "pid", "state", "batches", "fetch50", "fetch95", "collate50", "busy", "cpu", "rss"),
+        ("id", "pid", "state", "fetch50", "collate50", "busy", "cpu", "rss"),
+        ("id", "state", "fetch50", "collate50", "busy", "cpu", "rss"),
     )
     COLUMNS = {
         "id": Column("id", "id"), "pid": Column("pid", "pid"), "state": Column("state", "state"),
         "batches": Column("batches", "batches", "right"),
         "fetch50": Column("fetch50", "fetch p50", "right"),
-        "fetch95": Column("fetch95", "fetch p95", "right"), "busy": Column("busy", "cpu_frac", "right"),
+        "fetch95": Column("fetch95", "fetch p95", "right"),
+        "collate50": Column("collate50", "collate p50", "right"),
+        "busy": Column("busy", "cpu_frac", "right"),
         "cpu": Column("cpu", "CPU %", "right"), "rss": Column("rss", "RSS", "right"),
     }
     ROWS_NAME = "workers (sort: c m f i)"
@@ -73,7 +78,7 @@ class WorkersTable(LineTable):
             state = cell(MISSING, DIM)
         else:
             state = cell("alive", OK)
-        fetch = w.fetch_ms
+        fetch, collate = w.fetch_ms, w.collate_ms
         cpu = w.cpu_percent
         return {
             "id": cell(str(w.id)),
@@ -82,6 +87,7 @@ class WorkersTable(LineTable):
             "batches": cell(str(w.batches)),
             "fetch50": cell(fmt_ms(None if fetch is None else fetch.p50)),
             "fetch95": cell(fmt_ms(None if fetch is None else fetch.p95)),
+            "collate50": cell(fmt_ms(None if collate is None else collate.p50)),
             "busy": cell(fmt_float(w.cpu_fraction)),
             # Not coloured: a worker at 100 % is one that computes (cpu_frac says so), not a
             # saturated machine; the machine's CPU panel shows that, in its bands.
