@@ -20,7 +20,7 @@ import psutil
 from loadertop import wire
 from loadertop.probe import torch_internals
 
-EVENTS_MAXLEN = 1 << 16  # ~65k batches between drains (50 Hz) before the oldest are lost
+EVENTS_MAXLEN = 1 << 16  # ~65k batches between drains (>= 4 Hz) before the oldest are lost
 LOOP_CPU_SAMPLE_NS = 10_000_000  # num_workers=0: measure the loop's fetch CPU every >= 10 ms
 EPOCH_MARK = None
 # Pairing a received batch with its worker's "produced" stamp waits this long after the loop had
@@ -330,7 +330,7 @@ class LoaderRecord:
         return self.config.num_workers > 0 and self.iterator is not None
 
     def sample_queue(self) -> None:
-        """One queue-depth sample (publisher thread, ~50 Hz)."""
+        """One queue-depth sample (publisher thread, 4-48 Hz while a viewer is subscribed)."""
         it = self.iterator
         if it is None or self.config.num_workers == 0:
             return
