@@ -43,13 +43,11 @@ class EpochPairing:
     unpaired. With `in_order=False` batches come in completion order: nothing is paired.
     """
 
-    __slots__ = ("pids", "generation", "iterable", "limit", "unpaired", "received")
+    __slots__ = ("pids", "generation", "limit", "unpaired", "received")
 
-    def __init__(self, pids: list[int | None], generation: int, iterable: bool,
-                 unpaired: str | None) -> None:
+    def __init__(self, pids: list[int | None], generation: int, unpaired: str | None) -> None:
         self.pids = pids
         self.generation = generation
-        self.iterable = iterable
         self.limit: int | None = None  # the first task index that can no longer be named
         self.unpaired = unpaired
         self.received = 0
@@ -164,7 +162,7 @@ class LoaderRecord:
             unpaired = "in_order_false"
         elif len(pids) != self.config.num_workers or None in pids:
             unpaired = "unreadable"
-        return EpochPairing(pids, self._generation, self.config.iterable, unpaired)
+        return EpochPairing(pids, self._generation, unpaired)
 
     def alive(self) -> bool:
         """False once the loader is garbage-collected and no iterator of it remains."""
@@ -504,8 +502,16 @@ class LoaderRecord:
         return wire.StageReport(
             paired=self._paired, producing_ns=self._producing_ns, handoff_ns=self._handoff_ns,
             handoff_us=_micros(wire.decimate(self._handoff_samples)),
-            unpaired=pairing.unpaired if pairing is not None and not self._paired else None,
+            unpaired=self._unpaired_reason(pairing) if not self._paired else None,
             batch_tensors=tensors, batch_bytes=size)
+
+    @staticmethod
+    def _unpaired_reason(pairing: EpochPairing | None) -> str | None:
+        if pairing is None:
+            return None
+        if pairing.unpaired is None and pairing.limit is not None:
+            return "iterable_ended"  # the batches since a worker ran out cannot be named
+        return pairing.unpaired
 
     def report(self, now_ns: int, sent_at: float, probe_cpu_fraction: float | None) -> wire.LoaderReport:
         self.drain()

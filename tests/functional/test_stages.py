@@ -92,7 +92,7 @@ def test_many_small_tensors_make_the_handoff_the_limit(workload):
     assert "64 tensors" in diagnosis["advice"][0], diagnosis
 
 
-def test_in_order_false_leaves_the_split_null(workload, tmp_path):
+def test_in_order_false_leaves_the_split_null(workload):
     """torch >= 2.6 `in_order=False`: batches come in completion order, so none can be paired —
     the split is null (and says why), the fetch and collate figures are still there."""
     wl = workload("--kind", "sleep", "--ms", 5, "--workers", 2, "--batch-size", 4,
@@ -102,8 +102,6 @@ def test_in_order_false_leaves_the_split_null(workload, tmp_path):
     st = src["stages"]
     assert st["wait_split"] is None and st["handoff_ms"] is None and st["batches_paired"] == 0, st
     assert st["unpaired"] == "in_order_false", st
-    doc = snapshot(wl.dir, seconds=1.0)[1]
-    assert source_of(doc, wl.pid)["stages"]["wait_split"] is None
 
 
 def test_a_worker_holding_the_gil_delivers_late_and_is_not_main_process_bound(workload):
