@@ -45,6 +45,7 @@ from loadertop.document import (
     GpuFigures,
     OverallVerdict,
     SourceFigures,
+    StackFigures,
     Stats,
     SystemFigures,
     Verdict,
@@ -182,6 +183,13 @@ STALL_FACTOR = 10.0
 STALL_NO_HISTORY_MS = 30000.0
 
 # VerdictStabilizer: a new (non-urgent) category must be seen in this many consecutive updates ...
+# slow_worker (also a finding): one worker's batch time (items + collate, p50) at least this many
+# times the median of the others', and above an absolute floor (scheduling noise at tiny times),
+# from at least this many batches of each; only while the loop waits for data (it holds it back).
+SLOW_WORKER_FACTOR = 3.0
+SLOW_WORKER_MIN_MS = 2.0
+SLOW_WORKER_MIN_BATCHES = 3
+
 STABLE_UPDATES = 3
 # ... or over this many seconds (at least two consecutive updates) before it is shown.
 STABLE_SECONDS = 5.0
@@ -257,6 +265,52 @@ def overall(verdicts: Sequence[tuple[str, Verdict]], system: SystemFigures | Non
                                       "it before starting training",))
     return OverallVerdict(category=IDLE, source=None, summary="no instrumented DataLoader found",
                           evidence=("no sources",), advice=())
+
+
+@dataclass(frozen=True)
+class SlowWorker:
+    worker: WorkerFigures
+    batch_ms: float  # its p50 time per batch (items and collate)
+    others_ms: float  # the median of the other workers' p50
+    ratio: float
+
+
+def slow_worker(source: SourceFigures) -> SlowWorker | None:
+    """The one worker that takes SLOW_WORKER_FACTOR times longer per batch than the others while
+    the loop waits: with in-order delivery (torch's default) every round of batches waits for it,
+    and more workers do not help (a bad shard, file or disk behind its share of the indices)."""
+    wait_fraction = _finite(source.wait_fraction)
+    if wait_fraction is None or wait_fraction < WAIT_FRACTION_INPUT_BOUND:
+        return None
+    times = []
+    for w in source.workers:
+        fetch = _stat(w.fetch_ms)
+        if fetch is None or w.batches < SLOW_WORKER_MIN_BATCHES:
+            continue
+        times.append((fetch + (_stat(w.collate_ms) or 0.0), w))
+    if len(times) < 2:
+        return None
+    times.sort(key=lambda t: t[0])
+    slowest_ms, slowest = times[-1]
+    others = [t for t, _ in times[:-1]]
+    mid = len(others) // 2
+    median = others[mid] if len(others) % 2 else (others[mid - 1] + others[mid]) / 2
+    if slowest_ms < SLOW_WORKER_MIN_MS or slowest_ms < SLOW_WORKER_FACTOR * median:
+        return None
+    ratio = slowest_ms / median if median > 0 else math.inf
+    return SlowWorker(worker=slowest, batch_ms=slowest_ms, others_ms=median, ratio=ratio)
+
+
+def slow_worker_line(slow: SlowWorker) -> str:
+    ratio = f"{slow.ratio:.0f}×" if math.isfinite(slow.ratio) else "far more than"
+    return (f"worker {slow.worker.id} takes {_ms(slow.batch_ms)} per batch, {ratio} the others' "
+            f"{_ms(slow.others_ms)} (threshold {SLOW_WORKER_FACTOR:g}×)")
+
+
+def slow_worker_advice(slow: SlowWorker) -> str:
+    return (f"more workers will not fix one slow worker: look at what worker {slow.worker.id} "
+            f"reads (torch sends task i to worker i mod num_workers: a slow file, shard or disk "
+            f"behind its share); in_order=False lets the others' batches through meanwhile")
 
 
 def stall_threshold_ms(wait_ms: Stats | None, batches_total: int) -> float:
@@ -555,6 +609,14 @@ def _stall_verdict(facts: _Facts) -> Verdict | None:
     evidence = [f"blocked in next() for {_ms(blocked)} (threshold {_ms(threshold)})"]
     if p99 is not None:
         evidence.append(f"recent wait p99 {_ms(p99)}")
+    # Where it hangs: a worker stuck inside one batch says more than the loop waiting for it.
+    stuck = [(w, frame) for w in facts.workers
+             if w.stack is not None and (frame := user_frame(w.stack)) is not None]
+    loop_frame = user_frame(src.loop_stack) if src.loop_stack is not None else None
+    for w, frame in stuck[:4]:
+        evidence.append(f"worker {w.id} inside one batch for {_ms(w.busy_ms or 0.0)}, at {frame}")
+    if loop_frame is not None:
+        evidence.append(f"the loop waits at {loop_frame}")
     ready, in_flight = src.queue.ready, src.queue.in_flight
     if ready is not None or in_flight is not None:
         evidence.append(f"queue: {ready if ready is not None else '?'} ready, "
@@ -575,7 +637,24 @@ def _stall_verdict(facts: _Facts) -> Verdict | None:
     advice.append("pass timeout=SECONDS to the DataLoader to turn a hang into an error")
     summary = f"the loop has been blocked in next() for {_ms(blocked)}"
     summary += f" (recent p99 {_ms(p99)})" if p99 is not None else ""
+    if stuck:
+        summary += f"; worker {stuck[0][0].id} is stuck at {short_frame(stuck[0][1])}"
+    elif loop_frame is not None:
+        summary += f" at {short_frame(loop_frame)}"
     return _verdict(STALLED, summary, evidence, advice)
+
+
+def user_frame(stack: StackFigures) -> str | None:
+    """The innermost frame of the user's own code in `stack` (see `probe/stacks.py`)."""
+    if stack.user_frame is None or stack.user_frame >= len(stack.frames):
+        return None
+    return stack.frames[stack.user_frame]
+
+
+def short_frame(frame: str) -> str:
+    """`"/long/path/to/data.py:42 in load"` as `"data.py:42 in load"`."""
+    path, sep, rest = frame.partition(":")
+    return path.rsplit("/", 1)[-1] + sep + rest
 
 
 # ---------------------------------------------------------------------------------------------
@@ -762,11 +841,15 @@ def _input_bound_verdict(facts: _Facts, wait_line: str, previous: Category | Non
                         evidence + gpu_lines, advice)
 
     producing_lines = _producing_lines(facts)
+    slow = slow_worker(facts.source) if facts.uses_workers else None
+    if slow is not None:
+        producing_lines = [slow_worker_line(slow), *producing_lines]
     if saturation is not None:
         evidence, busy_text = saturation
+        slow_advice = [slow_worker_advice(slow)] if slow is not None else []
         return _verdict(CPU_SATURATED, f"{waits} for data and every core is busy ({busy_text})",
                         [wait_line, *producing_lines, *evidence, *gpu_lines],
-                        _cpu_saturated_advice(facts) + _stage_advice(facts))
+                        slow_advice + _cpu_saturated_advice(facts) + _stage_advice(facts))
 
     fraction, origin = facts.cpu_fraction()
     iowait = _finite(sysd.iowait_percent)
@@ -800,19 +883,21 @@ def _input_bound_verdict(facts: _Facts, wait_line: str, previous: Category | Non
 
     who = "the workers" if facts.uses_workers else "the main process, fetching itself,"
     if io_bound:
+        advice = [slow_worker_advice(slow)] if slow is not None else _io_advice(facts)
         return _verdict(INPUT_BOUND_IO,
                         f"{waits} for data; {who} wait{'s' if not facts.uses_workers else ''} "
                         "on storage or network",
                         [wait_line, *producing_lines, fraction_line, *io_lines, *gpu_lines],
-                        _io_advice(facts) + _stage_advice(facts))
+                        advice + _stage_advice(facts))
     evidence = [wait_line, *producing_lines, fraction_line]
     busy = _finite(sysd.cpu_percent)
     if busy is not None:
         cores_text = f" ({_cores(facts.cores)} available)" if facts.cores else ""
         evidence.append(f"CPU {_pct_value(busy)} busy{cores_text}")
     computes = "the workers compute" if facts.uses_workers else "the main process fetches itself"
+    advice = [slow_worker_advice(slow)] if slow is not None else _cpu_advice(facts)
     return _verdict(INPUT_BOUND_CPU, f"{waits} for data; {computes} and CPU is left",
-                    evidence + io_lines + gpu_lines, _cpu_advice(facts) + _stage_advice(facts))
+                    evidence + io_lines + gpu_lines, advice + _stage_advice(facts))
 
 
 def _main_bound_evidence(facts: _Facts, previous: Category | None) -> list[str] | None:

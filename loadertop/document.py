@@ -36,6 +36,14 @@ Category = Literal["idle", "insufficient_data", "compute_bound", "input_bound_io
                    "input_bound_cpu", "cpu_saturated", "main_process_bound", "memory_pressure",
                    "stalled"]
 
+#: The findings of CONTRACT §5 (their rules: `loadertop.findings`) and their severities.
+FindingKind = Literal["worker_hung", "loop_hung", "worker_died", "slow_worker", "copy_on_read",
+                      "memory_growth", "duplicate_rng", "shm_low", "fd_low",
+                      "threads_oversubscribed", "epoch_start_slow"]
+FINDING_KINDS: tuple[FindingKind, ...] = get_args(FindingKind)
+Severity = Literal["critical", "warning", "info"]
+SEVERITIES: tuple[Severity, ...] = get_args(Severity)
+
 Count = Annotated[int, Meta(ge=0)]
 Fraction = Annotated[float, Meta(ge=0, le=1)]
 NonNegative = Annotated[float, Meta(ge=0)]
@@ -46,11 +54,12 @@ Milliseconds = Annotated[float, Meta(ge=0)]
 class _Figures(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     """Base of every document object: immutable, built by keyword, and — holding no reference
     cycles — kept out of the garbage collector's way (`gc=False`): a viewer builds thousands a
-    minute. (msgspec passes this configuration on to subclasses; they repeat `frozen=True` for
-    type checkers, which do not know that.)"""
+    minute. (msgspec 0.19 passes `frozen` and `gc` on to subclasses, but `kw_only` applies to the
+    fields a class itself defines: every subclass repeats `kw_only=True`, so a field with a
+    default — the keys added after schema 1's release — may come before one without.)"""
 
 
-class Stats(_Figures, frozen=True):
+class Stats(_Figures, frozen=True, kw_only=True):
     """A distribution over the window, in milliseconds."""
 
     mean: Milliseconds
@@ -60,7 +69,7 @@ class Stats(_Figures, frozen=True):
     max: Milliseconds
 
 
-class LoaderConfig(_Figures, frozen=True):
+class LoaderConfig(_Figures, frozen=True, kw_only=True):
     num_workers: Count
     batch_size: Count | None
     prefetch_factor: Count | None  # None with num_workers=0
@@ -70,7 +79,7 @@ class LoaderConfig(_Figures, frozen=True):
     worker_context: str | None  # fork / spawn / forkserver; None with num_workers=0
 
 
-class QueueFigures(_Figures, frozen=True):
+class QueueFigures(_Figures, frozen=True, kw_only=True):
     ready: Count | None  # the latest sample; None when torch's internals could not be read
     in_flight: Count | None
     capacity: Count | None  # num_workers * prefetch_factor (0 with num_workers=0)
@@ -84,7 +93,29 @@ class QueueFigures(_Figures, frozen=True):
     loop_cpu_when_waiting: Fraction | None
 
 
-class WorkerFigures(_Figures, frozen=True):
+class StackFigures(_Figures, frozen=True, kw_only=True):
+    """A thread's Python stack as the probe read it: innermost frame last, each
+    `"file:line in function"`; `user_frame` indexes the innermost frame of the user's own code
+    (None when every frame is the standard library's, torch's or loadertop's)."""
+
+    frames: tuple[str, ...]
+    user_frame: Count | None
+    taken_at: NonNegative  # Unix time
+
+
+class MemoryTrend(_Figures, frozen=True, kw_only=True):
+    """A memory figure's course over the samples kept (warm-up excluded): first and last reading,
+    the least-squares slope, and the share of consecutive samples that rose (1: every one)."""
+
+    over_s: NonNegative
+    first_bytes: Count
+    last_bytes: Count
+    slope_bytes_per_s: float
+    rising_share: Fraction
+    samples: Count
+
+
+class WorkerFigures(_Figures, frozen=True, kw_only=True):
     id: Count
     pid: Count | None
     alive: bool | None
@@ -95,23 +126,84 @@ class WorkerFigures(_Figures, frozen=True):
     fetch_ms: Stats | None  # per batch, getting the items (collate_fn excluded)
     collate_ms: Stats | None  # per batch, the collate_fn
     cpu_fraction: Fraction | None  # CPU time / wall time while producing batches
+    # Inside its current batch for this long (None: not busy or unknown), and then its stack.
+    busy_ms: Milliseconds | None = None
+    stack: StackFigures | None = None
+    # The slow readings (every few seconds): private memory, open files, threads.
+    uss_bytes: Count | None = None
+    pss_bytes: Count | None = None
+    fds: Count | None = None
+    threads: Count | None = None
+    uss_trend: MemoryTrend | None = None
+    rss_trend: MemoryTrend | None = None
 
 
-class LoopFigures(_Figures, frozen=True):
+class ProcessFigures(_Figures, frozen=True, kw_only=True):
+    """The training process itself (slow readings, every few seconds; None until the first)."""
+
+    rss_bytes: Count | None = None
+    uss_bytes: Count | None = None
+    fds: Count | None = None
+    fd_limit: Count | None = None  # RLIMIT_NOFILE (soft)
+    threads: Count | None = None
+    rss_trend: MemoryTrend | None = None
+    uss_trend: MemoryTrend | None = None
+    age_s: NonNegative | None = None  # since the readings were taken
+
+
+class EndFigures(_Figures, frozen=True, kw_only=True):
+    """How the loop ended: `finished` (the process said goodbye, no error) or `crashed` (an
+    exception other than StopIteration left next(): `error` is `"Type: message"`)."""
+
+    how: Literal["finished", "crashed"]
+    error: str | None
+    at: NonNegative | None  # Unix time
+
+
+class RngShareFigures(_Figures, frozen=True, kw_only=True):
+    state: str  # e.g. "dataset.rng (numpy Generator)"
+    workers: tuple[Count, ...]
+
+
+class RngFigures(_Figures, frozen=True, kw_only=True):
+    """The random states this epoch's workers started with: how many workers were read, and the
+    states two or more of them share (their augmentations repeat)."""
+
+    checked_workers: Count = 0
+    shared: tuple[RngShareFigures, ...] = ()
+
+
+class Finding(_Figures, frozen=True, kw_only=True):
+    """One pitfall found live (CONTRACT §5): `since` is when its condition began (Unix time);
+    it stays listed while the condition holds and `findings.LINGER_S` after."""
+
+    kind: FindingKind
+    severity: Severity
+    source: str | None  # None: about the machine
+    worker: Count | None
+    since: NonNegative
+    summary: str
+    evidence: tuple[str, ...]
+    advice: tuple[str, ...]
+    stack: tuple[str, ...] | None
+    user_frame: Count | None = None  # in `stack`: the innermost frame of the user's own code
+
+
+class LoopFigures(_Figures, frozen=True, kw_only=True):
     """num_workers=0: the main process fetches each batch itself (None with workers)."""
 
     fetch_ms: Stats | None
     cpu_fraction: Fraction | None
 
 
-class WaitSplit(_Figures, frozen=True):
+class WaitSplit(_Figures, frozen=True, kw_only=True):
     """Of the loop's wait: the share before the batch it waited for was produced, and after."""
 
     producing: Fraction
     handoff: Fraction
 
 
-class StageFigures(_Figures, frozen=True):
+class StageFigures(_Figures, frozen=True, kw_only=True):
     """Where a batch's time goes (CONTRACT §5), over the window.
 
     `fetch_ms` and `collate_ms` come from every batch a worker made (with `num_workers=0`, from one
@@ -132,7 +224,7 @@ class StageFigures(_Figures, frozen=True):
     bytes_per_batch: Count | None
 
 
-class Verdict(_Figures, frozen=True):
+class Verdict(_Figures, frozen=True, kw_only=True):
     """One source's diagnosis (CONTRACT §4): what limits it, the figures that decided, what to do."""
 
     category: Category
@@ -141,7 +233,7 @@ class Verdict(_Figures, frozen=True):
     advice: tuple[str, ...]
 
 
-class OverallVerdict(_Figures, frozen=True):
+class OverallVerdict(_Figures, frozen=True, kw_only=True):
     """The document's top-level diagnosis: the most urgent source's verdict (`source` its id),
     or one about the machine as a whole (`source` None)."""
 
@@ -152,7 +244,7 @@ class OverallVerdict(_Figures, frozen=True):
     advice: tuple[str, ...]
 
 
-class SourceFigures(_Figures, frozen=True):
+class SourceFigures(_Figures, frozen=True, kw_only=True):
     """What is measured of one DataLoader over the window: the input of `diagnosis.diagnose`."""
 
     id: str  # host:pid:name
@@ -182,20 +274,28 @@ class SourceFigures(_Figures, frozen=True):
     dropped: Count  # reports lost on the way plus samples the probe dropped
     probe_cpu_fraction: NonNegative | None  # the shim's background thread, in cores
     stages: StageFigures  # CONTRACT §5
+    # Keys added after schema 1's first release (CONTRACT §5) have defaults, so a document or
+    # recording written before them still decodes.
+    process: ProcessFigures = msgspec.field(default_factory=ProcessFigures)
+    loop_stack: StackFigures | None = None  # while the loop is blocked in next() for a while
+    end: EndFigures | None = None  # None while the loop runs without error
+    epoch_starts_ms: tuple[Milliseconds, ...] = ()  # recent epochs' first-batch latency
+    rng: RngFigures = msgspec.field(default_factory=RngFigures)
 
 
-class Source(SourceFigures, frozen=True):
-    """A `sources[]` entry: the figures and their verdict."""
+class Source(SourceFigures, frozen=True, kw_only=True):
+    """A `sources[]` entry: the figures, their verdict and findings (most severe first)."""
 
     diagnosis: Verdict
+    findings: tuple[Finding, ...] = ()
 
 
-class GpuProcess(_Figures, frozen=True):
+class GpuProcess(_Figures, frozen=True, kw_only=True):
     pid: Count
     used_mem_bytes: Count | None
 
 
-class GpuFigures(_Figures, frozen=True):
+class GpuFigures(_Figures, frozen=True, kw_only=True):
     index: Count
     name: str
     uuid: str | None
@@ -209,14 +309,20 @@ class GpuFigures(_Figures, frozen=True):
     processes: tuple[GpuProcess, ...]
 
 
-class CgroupFigures(_Figures, frozen=True):
+class CgroupFigures(_Figures, frozen=True, kw_only=True):
     version: int | None
     cpu_quota_cores: NonNegative | None
     mem_limit_bytes: Count | None
     mem_used_bytes: Count | None
 
 
-class SystemFigures(_Figures, frozen=True):
+class ShmFigures(_Figures, frozen=True, kw_only=True):
+    path: str  # /dev/shm, or LOADERTOP_SHM_PATH
+    total_bytes: Count
+    free_bytes: Count
+
+
+class SystemFigures(_Figures, frozen=True, kw_only=True):
     """The trainer's machine, as sampled on the trainer's side (cgroup-aware)."""
 
     host: str
@@ -240,16 +346,17 @@ class SystemFigures(_Figures, frozen=True):
     gpu_status: str  # "ok" | "no_nvml" | "no_gpu" | "error: …"
     gpus: tuple[GpuFigures, ...]
     age_s: NonNegative  # since the viewer received it
+    shm: ShmFigures | None = None
 
 
-class RankFigures(_Figures, frozen=True):
+class RankFigures(_Figures, frozen=True, kw_only=True):
     rank: Count
     id: str
     wait_fraction: Fraction
     batches_per_s: NonNegative | None
 
 
-class RankGroup(_Figures, frozen=True):
+class RankGroup(_Figures, frozen=True, kw_only=True):
     """The ranks of one loader name (a distributed run), beside their median wait fraction."""
 
     name: str
@@ -257,13 +364,13 @@ class RankGroup(_Figures, frozen=True):
     ranks: tuple[RankFigures, ...]
 
 
-class Ranks(_Figures, frozen=True):
+class Ranks(_Figures, frozen=True, kw_only=True):
     straggler: str | None  # the source whose waiting holds the other ranks back
     straggler_rank: Count | None
     groups: tuple[RankGroup, ...]
 
 
-class ViewerStatus(_Figures, frozen=True):
+class ViewerStatus(_Figures, frozen=True, kw_only=True):
     endpoints: tuple[str, ...]
     connected: bool  # an endpoint delivered within the last few seconds
     received: Count
@@ -272,13 +379,14 @@ class ViewerStatus(_Figures, frozen=True):
     discovery_dir: str | None
 
 
-class Document(_Figures, frozen=True):
+class Document(_Figures, frozen=True, kw_only=True):
     schema: Literal["loadertop.snapshot/1"]
     taken_at: NonNegative
     window_s: NonNegative
     sources: tuple[Source, ...]
     system: SystemFigures | None
     diagnosis: OverallVerdict
+    findings: tuple[Finding, ...] = ()  # every source's and the machine's own; most severe first
     ranks: Ranks
     viewer: ViewerStatus
 

@@ -78,6 +78,63 @@ class QueueReport(msgspec.Struct, frozen=True):
     waiting_wall_ns: Count = 0
 
 
+MAX_FRAMES = 256  # frames of one stack (innermost kept)
+Frames = Annotated[list[Text], Meta(max_length=MAX_FRAMES)]
+
+
+class Stack(msgspec.Struct, frozen=True):
+    """A thread's Python stack, innermost frame last, each ``"file:line in function"``.
+
+    ``user_frame`` indexes the innermost frame of the user's own code (not the standard library,
+    torch or loadertop), judged on the trainer's side where those paths are known; None when every
+    frame is a library's. ``taken_at`` is when it was read (Unix time)."""
+
+    frames: Frames
+    user_frame: Annotated[int, Meta(ge=0, lt=MAX_FRAMES)] | None = None
+    taken_at: Seconds = 0.0
+
+
+class WorkerResources(msgspec.Struct, frozen=True):
+    """One worker's slow readings (every few seconds, the probe thread): private memory, open
+    files, threads. None where this platform or permissions do not tell."""
+
+    id: Count
+    pid: Pid
+    uss_bytes: Count | None = None
+    pss_bytes: Count | None = None
+    rss_bytes: Count | None = None
+    fds: Count | None = None
+    threads: Count | None = None
+
+
+class ResourceReport(msgspec.Struct, frozen=True):
+    """The training process's and its workers' slow readings, sampled every few seconds by the
+    probe thread (never the training thread); sent in the report after each sample."""
+
+    sampled_at: Seconds
+    rss_bytes: Count | None = None
+    uss_bytes: Count | None = None
+    fds: Count | None = None
+    fd_limit: Count | None = None  # RLIMIT_NOFILE, soft
+    threads: Count | None = None
+    workers: Annotated[list[WorkerResources], Meta(max_length=MAX_WORKERS)] = []
+
+
+class LoopError(msgspec.Struct, frozen=True):
+    """An exception other than StopIteration that left the loop's next() (the loop ended)."""
+
+    type: ShortText
+    message: Text
+    at: Seconds  # Unix time
+
+
+class RngShare(msgspec.Struct, frozen=True):
+    """A random state that two or more workers of one epoch started with identically."""
+
+    state: ShortText  # e.g. "dataset.rng (numpy Generator)", "numpy global", "random"
+    workers: Annotated[list[Count], Meta(max_length=MAX_WORKERS)]
+
+
 class WorkerReport(msgspec.Struct, frozen=True):
     id: Count
     pid: Pid | None
@@ -90,6 +147,10 @@ class WorkerReport(msgspec.Struct, frozen=True):
     fetch_wall_ns: Count = 0  # exact sums over all `batches` (items and collate), for cpu_fraction
     fetch_cpu_ns: Count = 0
     collate_us: Samples = []  # per batch: the collate_fn
+    # Inside its current batch for this long (None: not busy, or unknown): it has work
+    # outstanding and produced nothing since. With `stack` once that passes STACK_AFTER_MS.
+    busy_ms: Annotated[float, Meta(ge=0)] | None = None
+    stack: Stack | None = None
 
 
 class StageReport(msgspec.Struct, frozen=True):
@@ -145,6 +206,14 @@ class LoaderReport(msgspec.Struct, frozen=True, tag="loader"):
     dropped: Count = 0  # messages or samples the probe knows it lost, cumulative
     probe_cpu_fraction: Fraction | None = None
     stages: StageReport | None = None
+    resources: ResourceReport | None = None  # in the report after each slow sample
+    loop_stack: Stack | None = None  # the loop's thread, while blocked in next() for a while
+    error: LoopError | None = None  # the last exception out of next() this epoch
+    # First-batch latency of the latest epochs (up to 8, oldest first; in every report): from
+    # the loader's iter() (torch starts the workers there) to the loop having batch 0.
+    epoch_starts_ms: Annotated[list[Annotated[float, Meta(ge=0)]], Meta(max_length=64)] = []
+    rng_checked: Count = 0  # workers of this epoch whose starting random state was read
+    rng_shared: Annotated[list[RngShare], Meta(max_length=64)] = []
 
 
 class GpuProcess(msgspec.Struct, frozen=True):
@@ -197,15 +266,21 @@ class SystemReport(msgspec.Struct, frozen=True, tag="system"):
     cgroup: CgroupReport | None = None
     gpu_status: ShortText = "no_nvml"
     gpus: Annotated[list[GpuReport], Meta(max_length=64)] = []
+    # /dev/shm (or LOADERTOP_SHM_PATH): workers hand batches over through it.
+    shm_path: ShortText | None = None
+    shm_total_bytes: Count | None = None
+    shm_free_bytes: Count | None = None
 
 
 class Goodbye(msgspec.Struct, frozen=True, tag="bye"):
-    """The source's process is exiting normally: the viewer marks it `finished`, not `gone`."""
+    """The source's process is exiting (at exit, even after an uncaught exception): the viewer
+    marks it `finished`, not `gone`; ``error`` says how its loop ended when it crashed."""
 
     source: Text
     seq: Count
     sent_at: Seconds
     batches_total: Count = 0
+    error: LoopError | None = None
 
 
 class WorkerSample(msgspec.Struct, frozen=True, tag="wsample", array_like=True):
@@ -232,11 +307,24 @@ class WorkerSample(msgspec.Struct, frozen=True, tag="wsample", array_like=True):
     tensor_bytes: Count | None = None
 
 
+class WorkerStart(msgspec.Struct, frozen=True, tag="wstart", array_like=True):
+    """Worker process -> its main process, once per worker process before its first batch:
+    digests of the random states it starts with (read, never drawn from), and the file its
+    faulthandler watchdog writes its stacks to."""
+
+    source: Text
+    worker_id: Count
+    pid: Pid
+    digests: Annotated[dict[ShortText, ShortText], Meta(max_length=64)] = {}
+    stack_file: Text | None = None
+
+
 Message = LoaderReport | SystemReport | Goodbye
+WorkerMessage = WorkerSample | WorkerStart
 
 _encoder = msgspec.msgpack.Encoder()
 _decoder = msgspec.msgpack.Decoder(Message)
-_sample_decoder = msgspec.msgpack.Decoder(WorkerSample)
+_sample_decoder = msgspec.msgpack.Decoder(WorkerMessage)
 
 
 def encode(msg: Message) -> bytes:
@@ -261,11 +349,11 @@ def decode(frame: bytes) -> Message:
         raise WireError("malformed", str(exc)[:200]) from None
 
 
-def encode_sample(sample: WorkerSample) -> bytes:
+def encode_sample(sample: WorkerMessage) -> bytes:
     return _encoder.encode(sample)
 
 
-def decode_sample(data: bytes) -> WorkerSample:
+def decode_sample(data: bytes) -> WorkerMessage:
     try:
         return _sample_decoder.decode(data)
     except (msgspec.DecodeError, msgspec.ValidationError) as exc:

@@ -746,3 +746,264 @@ class FakeGpuReader:
 
     def close(self) -> None:
         self.closed = True
+
+
+# --------------------------------------------------------------------------- findings (CONTRACT §5)
+#
+# Loaders whose reports carry what the findings are decided from — a stack while the loop or a
+# worker is stuck, a worker's time inside its current batch, the workers' shared random states,
+# the epochs' first-batch latency — and the goodbye of a loop that crashed. The findings on these
+# documents are the ones `loadertop.findings` really emits from those messages.
+
+VENV = "/opt/venv/lib/python3.12/site-packages"
+STDLIB = "/usr/lib/python3.12"
+PROJECT = "/home/ana/proj"
+
+#: A worker stuck reading a record over the network, innermost frame last (`wire.Stack`); the
+#: user's innermost frame is `_read_record`.
+WORKER_STACK = (
+    f"{STDLIB}/multiprocessing/process.py:314 in _bootstrap",
+    f"{STDLIB}/multiprocessing/process.py:108 in run",
+    f"{VENV}/torch/utils/data/_utils/worker.py:349 in _worker_loop",
+    f"{VENV}/torch/utils/data/_utils/fetch.py:52 in fetch",
+    f"{PROJECT}/data/shards.py:88 in __getitem__",
+    f"{PROJECT}/data/shards.py:61 in _read_record",
+    f"{VENV}/fsspec/spec.py:1941 in read",
+    f"{STDLIB}/socket.py:720 in readinto",
+)
+WORKER_USER_FRAME = 5
+
+#: The training loop waiting in next() for a batch that a worker does not deliver.
+LOOP_WAIT_STACK = (
+    f"{PROJECT}/train.py:112 in <module>",
+    f"{PROJECT}/train.py:74 in train_one_epoch",
+    f"{VENV}/loadertop/probe/loader.py:48 in __next__",
+    f"{VENV}/torch/utils/data/dataloader.py:733 in __next__",
+    f"{VENV}/torch/utils/data/dataloader.py:1480 in _next_data",
+    f"{VENV}/torch/utils/data/dataloader.py:1432 in _get_data",
+    f"{VENV}/torch/utils/data/dataloader.py:1284 in _try_get_data",
+    f"{STDLIB}/multiprocessing/queues.py:113 in get",
+    f"{STDLIB}/multiprocessing/connection.py:257 in poll",
+    f"{STDLIB}/multiprocessing/connection.py:1136 in wait",
+    f"{STDLIB}/selectors.py:415 in select",
+)
+LOOP_WAIT_USER_FRAME = 1
+
+#: num_workers=0: the loop itself stuck inside the dataset's read.
+LOOP_FETCH_STACK = (
+    f"{PROJECT}/train.py:112 in <module>",
+    f"{PROJECT}/train.py:74 in train_one_epoch",
+    f"{VENV}/loadertop/probe/loader.py:86 in __next__",
+    f"{VENV}/torch/utils/data/dataloader.py:733 in __next__",
+    f"{VENV}/torch/utils/data/dataloader.py:789 in _next_data",
+    f"{VENV}/torch/utils/data/_utils/fetch.py:52 in fetch",
+    f"{PROJECT}/data/shards.py:88 in __getitem__",
+    f"{PROJECT}/data/shards.py:61 in _read_record",
+    f"{STDLIB}/socket.py:720 in readinto",
+)
+LOOP_FETCH_USER_FRAME = 7
+
+#: What torch raises in the loop when the OOM killer took a worker (its pid 4321).
+KILLED_WORKER_PID = 4321
+KILLED_MESSAGE = f"DataLoader worker (pid {KILLED_WORKER_PID}) is killed by signal: Killed."
+
+
+def stack(frames: Sequence[str], user_frame: int | None, taken_at: float = T0 - 0.5) -> wire.Stack:
+    return wire.Stack(frames=list(frames), user_frame=user_frame, taken_at=taken_at)
+
+
+@dataclass
+class PitfallSim(LoaderSim):
+    """A `LoaderSim` whose reports carry the figures findings are decided from (the fields below;
+    unset, its reports are the plain `LoaderSim`'s):
+
+    - `loop_stack`: the loop's stack, sent while it is blocked in next() (`blocked_ms`) past the
+      probe's 2 s;
+    - `busy_ms`: worker id → time inside its current batch at `Scenario.end` (no batch from it
+      meanwhile), with its stack from `worker_stacks` past 2 s;
+    - `rng_checked`/`rng_shared`: the random states this epoch's workers started with;
+    - `epoch_starts`: report number (`seq`) → first-batch latency of the epoch that started in
+      that report's interval (the epoch count goes up by one); every report carries the latest
+      eight, oldest first, as the probe sends them.
+    """
+
+    loop_stack: wire.Stack | None = None
+    busy_ms: dict[int, float] = field(default_factory=dict)
+    worker_stacks: dict[int, wire.Stack] = field(default_factory=dict)
+    rng_checked: int = 0
+    rng_shared: list[wire.RngShare] = field(default_factory=list)
+    epoch_starts: dict[int, float] = field(default_factory=dict)
+
+    STACK_AFTER_MS = 2000.0  # the probe's STACK_AFTER_NS
+
+    def report(self, sent_at: float, end: float) -> wire.LoaderReport:
+        seq = self.seq
+        if seq in self.epoch_starts:
+            self.epoch += 1
+        starts = [ms for k, ms in sorted(self.epoch_starts.items()) if k <= seq][-8:]
+        msg = super().report(sent_at, end)
+        workers = []
+        for w in msg.workers:
+            busy = self.busy_ms.get(w.id)
+            if busy is not None:
+                busy -= (end - sent_at) * 1000.0
+            if busy is None or busy <= 0:
+                workers.append(w)
+                continue
+            worker_stack = self.worker_stacks.get(w.id) if busy >= self.STACK_AFTER_MS else None
+            # Inside one batch: nothing delivered by this worker in the meantime.
+            workers.append(msgspec.structs.replace(
+                w, busy_ms=round(busy, 1), stack=worker_stack, batches=0, fetch_us=[],
+                collate_us=[], fetch_wall_ns=0, fetch_cpu_ns=0))
+        loop_stack = None
+        if self.loop_stack is not None and msg.blocked_ms is not None \
+                and msg.blocked_ms >= self.STACK_AFTER_MS:
+            loop_stack = self.loop_stack
+        return msgspec.structs.replace(
+            msg, workers=workers, loop_stack=loop_stack, rng_checked=self.rng_checked,
+            rng_shared=list(self.rng_shared), epoch_starts_ms=list(starts))
+
+
+def killed_worker_history() -> list[Document]:
+    """A worker SIGKILLed mid-epoch (the OOM killer) and training crashing at once, as torch does:
+    two documents — while it trains healthily (at T0 - 1), and at T0 after worker 2 (pid 4321)
+    died (exit code -9) and the process said goodbye with torch's RuntimeError."""
+    loader = PitfallSim(worker_pid_base=KILLED_WORKER_PID - 2, batches_total=4870)
+    scenario = Scenario([loader], [MachineSim(mem_available_bytes=round(3.2 * GIB))])
+    scenario.run(T0 - 5.0, T0 - 1.0)
+    before = scenario.document(T0 - 1.0)
+    loader.workers[2].alive, loader.workers[2].exitcode = False, -9
+    loader.workers[2].cpu_percent, loader.workers[2].rss_bytes = None, None
+    scenario.run(T0 - 1.0, T0 - 0.5)
+    error = wire.LoopError(type="RuntimeError", message=KILLED_MESSAGE, at=T0 - 0.42)
+    scenario.model.ingest(wire.Goodbye(source=loader.source, seq=loader.seq, sent_at=T0 - 0.4,
+                                       batches_total=loader.batches_total, error=error),
+                          T0 - 0.4, loader.endpoint)
+    return [before, scenario.document(T0)]
+
+
+def killed_worker_doc() -> Document:
+    """`killed_worker_history`'s end: the source crashed, worker 2 died of SIGKILL."""
+    return killed_worker_history()[-1]
+
+
+def finished_doc() -> Document:
+    """A healthy loop whose process said goodbye without an error: finished normally."""
+    loader = LoaderSim()
+    scenario = Scenario([loader], [MachineSim()])
+    scenario.run(T0 - 4.0, T0 - 0.5)
+    scenario.model.ingest(wire.Goodbye(source=loader.source, seq=loader.seq, sent_at=T0 - 0.4,
+                                       batches_total=loader.batches_total), T0 - 0.4, loader.endpoint)
+    return scenario.document(T0)
+
+
+def _hung_loader(busy_ms: float = 41_000.0, blocked_ms: float = 40_600.0) -> PitfallSim:
+    """Worker 1 inside one batch for `busy_ms` (reading a record over the network) and the
+    in-order loop blocked in next() for `blocked_ms`, waiting for that batch."""
+    return PitfallSim(
+        blocked_ms=blocked_ms, ready=0, in_flight=7, ready_mean=0.0, in_flight_mean=7.0,
+        ready_when_waiting=0.0, batches_total=5120, dataset="ShardDataset",
+        loop_stack=stack(LOOP_WAIT_STACK, LOOP_WAIT_USER_FRAME),
+        busy_ms={1: busy_ms}, worker_stacks={1: stack(WORKER_STACK, WORKER_USER_FRAME)},
+        workers=[WorkerSim(cpu_percent=0.0 if i != 1 else 0.4, rss_bytes=(402 + 9 * i) * MIB)
+                 for i in range(4)])
+
+
+def _idle_machine() -> MachineSim:
+    return MachineSim(cpu_percent=2.5, per_cpu=[3.0, 2.0] * 8, iowait_percent=0.1,
+                      gpus=[GpuSim(util=0.0, power_w=61.0, temperature_c=41.0)])
+
+
+def worker_hung_doc() -> Document:
+    """Worker 1 stuck 41 s inside one batch (its stack in `socket.readinto` under the dataset's
+    `_read_record`), the loop blocked 40.6 s in next() behind it: worker_hung and loop_hung."""
+    return _one([_hung_loader()], [_idle_machine()], warmup_s=8.0)
+
+
+def loop_hung_doc() -> Document:
+    """num_workers=0: the loop itself has been inside the dataset's read for 12.4 s (loop_hung,
+    its stack under `_read_record`)."""
+    loader = PitfallSim(
+        workers=[], blocked_ms=12_400.0, batches_per_s=18.0, wait_fraction=0.55, wait_p50_ms=29.0,
+        wait_p95_ms=41.0, step_p50_ms=24.0, step_p95_ms=26.0, batches_total=880,
+        dataset="ShardDataset", loop_stack=stack(LOOP_FETCH_STACK, LOOP_FETCH_USER_FRAME))
+    return _one([loader], [_idle_machine()], warmup_s=8.0)
+
+
+def _rng_share(workers: Sequence[int] = (0, 1, 2, 3),
+               state: str = "dataset.rng (numpy Generator)") -> wire.RngShare:
+    return wire.RngShare(state=state, workers=list(workers))
+
+
+def duplicate_rng_doc() -> Document:
+    """Healthy, but the dataset's `np.random.default_rng` was made in `__init__`: all four
+    workers start with the same state (duplicate_rng)."""
+    loader = PitfallSim(rng_checked=4, rng_shared=[_rng_share()])
+    return _one([loader], [MachineSim()])
+
+
+def _slow_worker_loader() -> PitfallSim:
+    # Workers 0-2 fetch a batch in ~40 ms, worker 3 (a bad shard) in ~800 ms: in order, the loop
+    # gets ~4 batches per 0.8 s and waits for worker 3 most of the time.
+    workers = [WorkerSim(fetch_p50_ms=38.0 + 2 * i, fetch_p95_ms=47.0 + 2 * i, cpu_fraction=0.9,
+                         cpu_percent=11.0 + i, rss_bytes=(402 + 9 * i) * MIB) for i in range(3)]
+    workers.append(WorkerSim(fetch_p50_ms=790.0, fetch_p95_ms=910.0, cpu_fraction=0.05,
+                             cpu_percent=4.0, rss_bytes=405 * MIB))
+    return PitfallSim(
+        workers=workers, batches_per_s=5.0, wait_fraction=0.86, wait_p50_ms=150.0,
+        wait_p95_ms=760.0, step_p50_ms=24.0, step_p95_ms=26.0, ready=0, in_flight=8,
+        ready_mean=2.1, in_flight_mean=7.5, ready_when_waiting=0.0, dataset="ShardDataset")
+
+
+def slow_worker_doc() -> Document:
+    """Worker 3 takes ~20× longer per batch than the other three and holds the in-order queue
+    back (slow_worker names it)."""
+    return _one([_slow_worker_loader()], [_io_machine()])
+
+
+def epoch_start_slow_doc() -> Document:
+    """spawn workers without persistent_workers: each of the last two epochs spent ~2.4 s before
+    its first batch (epoch_start_slow)."""
+    loader = PitfallSim(worker_context="spawn", epoch_starts={4: 2400.0, 100: 2380.0})
+    scenario = Scenario([loader], [MachineSim()])
+    return _documents(scenario, [T0], warmup_s=30.0)[0]
+
+
+def pitfalls_doc() -> Document:
+    """Several pitfalls at once: a slow worker (3), workers sharing a random state, slow epoch
+    starts (spawn, not persistent) — the findings list's warnings and info."""
+    loader = _slow_worker_loader()
+    loader.worker_context = "spawn"
+    loader.rng_checked, loader.rng_shared = 4, [_rng_share()]
+    loader.epoch_starts = {4: 2400.0, 100: 2380.0}
+    scenario = Scenario([loader], [_io_machine()])
+    return _documents(scenario, [T0], warmup_s=30.0)[0]
+
+
+def findings_multi_source_doc() -> Document:
+    """Two loaders of one process: "train" healthy, "val" with worker 1 hung and its loop blocked
+    behind it (the overview marks val)."""
+    train = PitfallSim()
+    val = _hung_loader(busy_ms=21_000.0, blocked_ms=20_500.0)
+    val.name, val.worker_pid_base, val.batches_total = "val", train.pid + 20, 390
+    return _one([train, val], [MachineSim()], warmup_s=8.0)
+
+
+@dataclass
+class ShmMachineSim(MachineSim):
+    """A `MachineSim` that reports its /dev/shm (the probe's `statvfs`)."""
+
+    shm_path: str = "/dev/shm"
+    shm_total_bytes: int = 64 * MIB  # Docker's default --shm-size
+    shm_free_bytes: int = 3 * MIB
+
+    def report(self, sent_at: float) -> wire.SystemReport:
+        return msgspec.structs.replace(super().report(sent_at), shm_path=self.shm_path,
+                                       shm_total_bytes=self.shm_total_bytes,
+                                       shm_free_bytes=self.shm_free_bytes)
+
+
+def shm_low_doc() -> Document:
+    """A healthy loop in a container whose /dev/shm (64 MiB) is nearly full: shm_low, the
+    machine's own finding (`source` None)."""
+    return _one([LoaderSim()], [ShmMachineSim()])

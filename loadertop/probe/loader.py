@@ -46,8 +46,10 @@ class _InstrumentedIterator:
         append(_clock())
         try:
             batch = self._next()
-        except BaseException:
+        except BaseException as exc:
             append(0)
+            if not isinstance(exc, StopIteration):  # not per batch: once, as the loop ends
+                self._rec.note_error(exc)
             raise  # the same exception object, StopIteration included
         append(-_clock())
         return batch
@@ -79,8 +81,10 @@ class _SingleProcessIterator(_InstrumentedIterator):
             return self._sampled_next(t0)
         try:
             batch = self._next()
-        except BaseException:
+        except BaseException as exc:
             append(0)
+            if not isinstance(exc, StopIteration):
+                self._rec.note_error(exc)
             raise
         append(-_clock())
         return batch
@@ -90,8 +94,10 @@ class _SingleProcessIterator(_InstrumentedIterator):
         c0 = _thread_cpu()
         try:
             batch = self._next()
-        except BaseException:
+        except BaseException as exc:
             self._append(0)
+            if not isinstance(exc, StopIteration):
+                self._rec.note_error(exc)
             raise
         finally:
             if probe is not None:
@@ -167,7 +173,8 @@ def instrumented_iter(loader, record: LoaderRecord, endpoint: str | None, origin
     hooked = num_workers > 0 and hasattr(loader, "worker_init_fn")
     if hooked:
         original = loader.worker_init_fn
-        loader.worker_init_fn = WorkerHook(original, record.source, endpoint)
+        loader.worker_init_fn = WorkerHook(original, record.source, endpoint, record.stack_dir)
+    started = _clock()  # the epoch's start: torch starts the workers inside this call
     _inside.active = True
     try:
         inner = original_iter(loader)
@@ -175,7 +182,7 @@ def instrumented_iter(loader, record: LoaderRecord, endpoint: str | None, origin
         _inside.active = False
         if hooked:
             loader.worker_init_fn = original
-    record.attach(inner)
+    record.attach(inner, started)
     cls = _SingleProcessIterator if num_workers == 0 else _InstrumentedIterator
     return cls(inner, record)
 

@@ -33,6 +33,7 @@ import psutil
 
 from loadertop import discovery, endpoints, environment, wire
 from loadertop.probe.record import LoaderRecord
+from loadertop.probe.resources import RESOURCE_S, ResourceSampler
 
 # Queue-depth sampling: the queue changes with every batch, so it is sampled in proportion to the
 # batch rate of the last second, SAMPLES_PER_BATCH, at REPORT_S / k for k in SAMPLES_PER_REPORT
@@ -115,6 +116,8 @@ class Publisher:
         self._thread: threading.Thread | None = None
         self._system = None
         self._curve = None  # loadertop.remote.CurveServer when LOADERTOP_CURVE_SECRET is set
+        self._resources = ResourceSampler()
+        self.stack_dir: str | None = None  # set at start when the directory can be made
 
     # ------------------------------------------------------------ training thread side
     def unique_name(self, name: str | None) -> str:
@@ -136,6 +139,7 @@ class Publisher:
         with self._records_lock:
             self.records.append(record)
         self._start()
+        record.stack_dir = self.stack_dir
         return record
 
     def ensure_registered(self, record: LoaderRecord) -> None:
@@ -183,6 +187,12 @@ class Publisher:
             self.worker_endpoint = None
             warn_once(f"{self.failed}; training continues unobserved")
             return
+        try:  # workers' faulthandler stacks (probe/stacks.py): private, like the directory
+            stack_dir = self.directory / f"{self.pid}-stacks"
+            stack_dir.mkdir(mode=0o700, exist_ok=True)
+            self.stack_dir = str(stack_dir)
+        except OSError:
+            self.stack_dir = None
         # Everything the thread will import is imported here, on the caller's thread: a fork
         # (DataLoader workers) while another thread holds an import lock deadlocks the child
         # at its next import of that module (seen with `import zmq` in a forked worker).
@@ -231,6 +241,13 @@ class Publisher:
                     os.unlink(path)
                 except OSError:
                     pass
+        if self.stack_dir:
+            try:
+                for name in os.listdir(self.stack_dir):
+                    os.unlink(os.path.join(self.stack_dir, name))
+                os.rmdir(self.stack_dir)
+            except OSError:
+                pass
 
     # ------------------------------------------------------------ publisher thread
     def _run(self) -> None:
@@ -309,7 +326,7 @@ class Publisher:
         system_gap_ns = round(SYSTEM_MIN_GAP_S * 1e9)
         sample_ns = report_ns
         origin = clock()
-        next_sample = next_report = next_slow = origin  # the first tick comes at once
+        next_sample = next_report = next_slow = next_resources = origin  # the first tick: at once
         waiting = [0, 0]  # this second's samples taken inside next(), and those with >= 2 ready
         system_at: int | None = None  # the system sampler's last reading (its rates start there)
         totals: dict[int, int] = {}  # id(record) -> batches_total at the last 1 Hz tick
@@ -345,6 +362,13 @@ class Publisher:
                 next_slow = _next_tick(origin, slow_ns, now)
                 for record in records:
                     record.sample_workers()
+                if watched and now >= next_resources:
+                    # The slow readings (USS/PSS ~1.3 ms a process here, fds, threads): every
+                    # RESOURCE_S and only for a viewer, on this thread, never the training one.
+                    # on the 1 s grid: the tick at RESOURCE_S from now, not the one after it
+                    next_resources = now + round(RESOURCE_S * 1e9) - slow_ns // 2
+                    for record in records:
+                        record.pending_resources = self._resources.sample(record.worker_pid_pairs())
                 self._retire_dead(zmq, pub, records, now / 1e9)
                 per_report = _samples_per_report(records, totals, now - last_slow_tick)
                 if waiting[1] and waiting[1] >= CONTESTED_READY_SHARE * waiting[0]:
@@ -406,7 +430,11 @@ class Publisher:
             except wire.WireError:
                 continue
             record = by_source.get(sample.source)
-            if record is not None:
+            if record is None:
+                continue
+            if isinstance(sample, wire.WorkerStart):
+                record.add_worker_start(sample)
+            else:
                 record.add_worker_sample(sample)
 
     def _sample_system(self):
@@ -434,6 +462,9 @@ class Publisher:
         sent_at = time.time()
         for record in list(self.records):
             try:
+                # How the workers ended, read now: a worker the OOM killer took a moment ago is
+                # what made the loop crash, and the last 1 Hz reading still shows it alive.
+                record.sample_workers()
                 self._send(zmq, pub, record.report(time.perf_counter_ns(), sent_at, None))
                 self._send(zmq, pub, record.goodbye(sent_at))
             except Exception:

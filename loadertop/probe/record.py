@@ -18,7 +18,7 @@ from collections import deque
 import psutil
 
 from loadertop import wire
-from loadertop.probe import torch_internals
+from loadertop.probe import stacks, torch_internals
 
 EVENTS_MAXLEN = 1 << 16  # ~65k batches between drains (>= 4 Hz) before the oldest are lost
 LOOP_CPU_SAMPLE_NS = 10_000_000  # num_workers=0: measure the loop's fetch CPU every >= 10 ms
@@ -29,6 +29,10 @@ EPOCH_MARK = None
 PAIR_GRACE_NS = 50_000_000
 PAIR_GIVE_UP_NS = 5_000_000_000  # a worker's stamp no receipt claimed (a broken-off epoch): dropped
 PAIR_MAX_PENDING = 1 << 16
+# Hang forensics: past this long inside one next() (the loop) or one batch (a worker), each
+# report carries the thread's stack, re-read at most once per STACK_REFRESH_NS.
+STACK_AFTER_NS = 2_000_000_000
+STACK_REFRESH_NS = 1_000_000_000
 
 
 class EpochPairing:
@@ -58,12 +62,14 @@ class EpochPairing:
 
 
 class _WorkerAccum:
-    __slots__ = ("pid", "batches", "fetch_us", "collate_us", "wall_ns", "cpu_ns", "dropped")
+    __slots__ = ("pid", "batches", "fetch_us", "collate_us", "wall_ns", "cpu_ns", "dropped",
+                 "last_done_ns")
 
     def __init__(self) -> None:
         self.pid: int | None = None
         self.reset()
         self.dropped = 0
+        self.last_done_ns = 0  # when its latest batch was produced (perf_counter_ns)
 
     def reset(self) -> None:
         self.batches = 0
@@ -83,6 +89,10 @@ class LoaderRecord:
         self.loop_samples: deque = deque(maxlen=4096)
         self._iterator_ref = None
         self._pairings: deque = deque(maxlen=64)  # one EpochPairing per EPOCH_MARK, in order
+        self._iter_starts: deque = deque(maxlen=64)  # each EPOCH_MARK's iter() start, in order
+        self.error: wire.LoopError | None = None  # the last exception out of next() this epoch
+        self._error_new = False
+        self._loop_thread: int | None = None  # the thread that iterates (its stack for loop_hung)
         # --- identity ---
         self.name = name
         self.source = source
@@ -117,12 +127,27 @@ class LoaderRecord:
         self._receipts: deque = deque()  # (pairing, c, t0, t1) waiting for their worker sample
         self._tensors: tuple[int, int] | None = None
         self._count_mismatch = False
+        # --- hang forensics, epoch starts, random states (publisher thread) ---
+        self.stack_dir: str | None = None  # workers' faulthandler dumps (set by the publisher)
+        self._epoch_started: int | None = None  # this epoch's iter() start, until its 1st batch
+        self._epoch_starts_ms: deque[float] = deque(maxlen=8)  # the latest epochs' (every report)
+        self._epoch_floor_ns = 0  # the current epoch's start: no batch of it began earlier
+        self._busy_since: dict[int, int] = {}  # worker id -> inside a batch since (perf ns)
+        self._idle_seen: dict[int, int] = {}  # worker id -> last seen with no work outstanding
+        self._worker_stacks: dict[int, tuple[int, wire.Stack | None]] = {}  # id -> (read at, stack)
+        self._loop_stack: tuple[int, wire.Stack | None] | None = None
+        self._rng: dict[int, tuple[int, dict[str, str]]] = {}  # pid -> (worker id, digests)
+        # --- slow readings: set by the publisher every RESOURCE_S, sent with the next report ---
+        self.pending_resources: wire.ResourceReport | None = None
 
     # ------------------------------------------------------------ training thread (not hot)
-    def attach(self, iterator) -> None:
-        """A new epoch's iterator: called from the loader's __iter__, never per batch."""
+    def attach(self, iterator, started_ns: int | None = None) -> None:
+        """A new epoch's iterator: called from the loader's __iter__, never per batch.
+        `started_ns` is when that __iter__ began (the workers start inside it)."""
         same_iterator = self.iterator is iterator  # persistent workers: one iterator, reset
         self._iterator_ref = _weak(iterator)
+        self._loop_thread = threading.get_ident()
+        self.error = None
         # torch starts the workers in the iterator's __init__: remember them now, not at the next
         # 1 Hz sample, or a worker that dies (and takes the iterator with it) within the first
         # second of an epoch is never reported dead.
@@ -151,7 +176,18 @@ class LoaderRecord:
             while len(recent) > 256:
                 del recent[next(iter(recent))]
         self._pairings.append(pairing)
+        self._iter_starts.append(started_ns)
         self.events.append(EPOCH_MARK)
+
+    def note_error(self, exc: BaseException) -> None:
+        """The loop's next() raised (not StopIteration): once, as the loop ends, never per batch."""
+        try:
+            message = str(exc)
+        except Exception:
+            message = "<str() failed>"
+        self.error = wire.LoopError(type=type(exc).__name__[:256], message=message[:wire.MAX_TEXT],
+                                    at=time.time())
+        self._error_new = True
 
     def _epoch_pairing(self, iterator) -> EpochPairing | None:
         if self.config.num_workers == 0:
@@ -252,6 +288,8 @@ class LoaderRecord:
         if not t0s:
             return True
         t1s = list(map(operator.neg, exits))
+        if self._epoch_started is not None:
+            self._note_epoch_start(t1s[0])
         waits = list(map(operator.sub, t1s, t0s))
         steps = list(map(operator.sub, t0s[1:], t1s[:-1]))
         if self._prev_t1 is not None and t0s[0] >= self._prev_t1:
@@ -285,6 +323,10 @@ class LoaderRecord:
                 self.in_next_since = None
                 self.epoch += 1
                 self._next_pairing()
+                self._epoch_started = self._iter_starts.popleft() if self._iter_starts else None
+                self._epoch_floor_ns = self._epoch_started or 0
+                self._busy_since = {}
+                self._idle_seen = {}
             elif stamp > 0:
                 self.in_next_since = stamp
             elif stamp < 0 and self.in_next_since is not None:
@@ -296,6 +338,8 @@ class LoaderRecord:
                 if self._prev_t1 is not None and t0 >= self._prev_t1:
                     steps.append(t0 - self._prev_t1)
                 self._prev_t1 = t1
+                if self._epoch_started is not None:
+                    self._note_epoch_start(t1)
                 self._receive([t0], [t1])
             else:  # left next() by an exception (or an exit whose entry was lost)
                 # Not counted as a received batch: StopIteration is not one, and where torch did
@@ -304,6 +348,11 @@ class LoaderRecord:
                 self.in_next_since = None
         if waits:
             self._record(waits, steps, first_t0)
+
+    def _note_epoch_start(self, first_t1: int) -> None:
+        started, self._epoch_started = self._epoch_started, None
+        if started is not None and first_t1 >= started:
+            self._epoch_starts_ms.append(round((first_t1 - started) / 1e6, 3))
 
     def _next_pairing(self) -> None:
         self._pairing = self._pairings.popleft() if self._pairings else None
@@ -417,11 +466,92 @@ class LoaderRecord:
             acc.collate_us.append(collate_ns // 1000)
         if sample.done_ns and len(self._done) < PAIR_MAX_PENDING:
             self._done[key] = sample.done_ns
+        acc.last_done_ns = max(acc.last_done_ns, sample.done_ns)
         if sample.tensors is not None and sample.tensor_bytes is not None:
             self._tensors = (sample.tensors, sample.tensor_bytes)
         acc.wall_ns += sample.fetch_ns
         acc.cpu_ns += sample.cpu_ns
         acc.dropped = sample.dropped
+
+    def add_worker_start(self, start: wire.WorkerStart) -> None:
+        """A worker process's first message: the random states it starts with."""
+        if len(self._rng) >= wire.MAX_WORKERS:
+            current = {pid for _, pid, _ in self._worker_procs}
+            self._rng = {pid: v for pid, v in self._rng.items() if pid in current}
+        if len(self._rng) < wire.MAX_WORKERS:
+            self._rng[start.pid] = (start.worker_id, dict(start.digests))
+
+    def _rng_report(self) -> tuple[int, list[wire.RngShare]]:
+        """Of this epoch's workers, how many were read, and the states two or more share."""
+        current = [(wid, pid) for wid, pid, _ in self._worker_procs if pid in self._rng]
+        by_state: dict[str, dict[str, list[int]]] = {}
+        for wid, pid in current:
+            for state, digest in self._rng[pid][1].items():
+                by_state.setdefault(state, {}).setdefault(digest, []).append(wid)
+        shared = []
+        for state, groups in by_state.items():
+            for wids in groups.values():
+                if len(wids) >= 2 and len(shared) < 64:
+                    shared.append(wire.RngShare(state=state, workers=sorted(wids)))
+        return len(current), shared
+
+    def _update_busy(self, it, now_ns: int) -> None:
+        """Which workers are inside a batch, and since when (1 Hz, from torch's `_task_info`).
+
+        A worker with tasks outstanding works on them back to back, so it has been inside its
+        current batch since the later of: its last produced batch, the last time it was seen
+        without work, and the epoch's start."""
+        outstanding = torch_internals.outstanding_by_worker(it) if it is not None else None
+        if outstanding is None:
+            self._busy_since = {}
+            return
+        floor = self._epoch_floor_ns
+        for wid in range(self.config.num_workers):
+            if outstanding.get(wid):
+                if wid not in self._busy_since:
+                    acc = self._workers.get(wid)
+                    self._busy_since[wid] = max(acc.last_done_ns if acc else 0,
+                                                self._idle_seen.get(wid, 0), floor)
+            else:
+                self._busy_since.pop(wid, None)
+                self._idle_seen[wid] = now_ns
+
+    def _busy_ms(self, wid: int, now_ns: int) -> float | None:
+        since = self._busy_since.get(wid)
+        if since is None:
+            return None
+        acc = self._workers.get(wid)
+        if acc is not None:
+            since = max(since, acc.last_done_ns)
+        return max(0, now_ns - since) / 1e6
+
+    def _worker_stack(self, wid: int, pid: int | None, now_ns: int) -> wire.Stack | None:
+        """A worker's stack while it has been inside one batch past STACK_AFTER_NS."""
+        busy = self._busy_ms(wid, now_ns)
+        if busy is None or busy * 1e6 < STACK_AFTER_NS or pid is None or not self.stack_dir:
+            self._worker_stacks.pop(wid, None)
+            return None
+        cached = self._worker_stacks.get(wid)
+        if cached is None or now_ns - cached[0] >= STACK_REFRESH_NS:
+            # Only a stack written during this batch: wall-clock start of the busy stretch.
+            stack = stacks.read_worker_stack(self.stack_dir, pid, time.time() - busy / 1e3 - 1.0)
+            stacks.trim_dump_file(os.path.join(self.stack_dir, f"{pid}.txt"))  # C dumps: rare
+            cached = self._worker_stacks[wid] = (now_ns, stack)
+        return cached[1]
+
+    def _loop_stack_now(self, now_ns: int) -> wire.Stack | None:
+        since = self.in_next_since
+        if since is None or now_ns - since < STACK_AFTER_NS or self._loop_thread is None:
+            self._loop_stack = None
+            return None
+        cached = self._loop_stack
+        if cached is None or now_ns - cached[0] >= STACK_REFRESH_NS:
+            try:
+                stack = stacks.thread_stack(self._loop_thread)
+            except Exception:
+                stack = None
+            cached = self._loop_stack = (now_ns, stack)
+        return cached[1]
 
     def sample_workers(self) -> None:
         """Liveness, CPU % and RSS of the current iterator's workers (~1 Hz, psutil)."""
@@ -451,7 +581,15 @@ class LoaderRecord:
         for pid in list(self._psutil):
             if pid not in seen:
                 del self._psutil[pid]
+                if self.stack_dir:  # a worker gone: its stack files too
+                    stacks.remove_worker_files(self.stack_dir, pid)
         self._worker_status = status
+        self._update_busy(it, time.perf_counter_ns())
+
+    def worker_pid_pairs(self) -> list[tuple[int, int]]:
+        """(worker id, pid) of the current epoch's workers that were alive at the last sample."""
+        return [(wid, st[0]) for wid, st in sorted(self._worker_status.items())
+                if st[0] is not None and st[1]]
 
     def match_stages(self, now_ns: int) -> None:
         """Pair each received batch (older than PAIR_GRACE_NS) with its worker's produced stamp.
@@ -517,6 +655,10 @@ class LoaderRecord:
         self.drain()
         if self.config.num_workers:
             self.match_stages(now_ns)
+        if self._error_new:
+            # The loop just raised: a dead worker is the likely cause; read how they are now.
+            self._error_new = False
+            self.sample_workers()
         if self._worker_procs and not self._worker_status:
             # A new epoch's workers (attach cleared the last epoch's status): their liveness goes
             # out in this report, not after the next 1 Hz sample, else each epoch's first second
@@ -529,7 +671,7 @@ class LoaderRecord:
         if blocked_since:
             blocked_ms = max(0, now_ns - blocked_since) / 1e6
             wait_ns += max(0, now_ns - max(blocked_since, start))
-        workers = self._worker_reports()
+        workers = self._worker_reports(now_ns)
         q = self._q_last
         queue = wire.QueueReport(
             capacity=(self.config.num_workers * (self.config.prefetch_factor or 0)),
@@ -544,6 +686,7 @@ class LoaderRecord:
             waiting_wall_ns=self._q_waiting_wall,
         )
         dropped = self.dropped + sum(w.dropped for w in self._workers.values())
+        rng_checked, rng_shared = self._rng_report()
         msg = wire.LoaderReport(
             source=self.source, seq=self.seq, host=self.host, pid=os.getpid(), name=self.name,
             rank=self.rank, command=self.command, process_started_at=self.process_started_at,
@@ -556,7 +699,11 @@ class LoaderRecord:
             loop_fetch_us=wire.decimate(self._loop_us), loop_fetch_wall_ns=self._loop_wall,
             loop_fetch_cpu_ns=self._loop_cpu, dropped=dropped,
             probe_cpu_fraction=probe_cpu_fraction, stages=self.stage_report(),
+            resources=self.pending_resources, loop_stack=self._loop_stack_now(now_ns),
+            error=self.error, epoch_starts_ms=list(self._epoch_starts_ms),
+            rng_checked=rng_checked, rng_shared=rng_shared,
         )
+        self.pending_resources = None
         self.seq += 1
         self._interval_start_ns = now_ns
         self._reset_interval()
@@ -564,7 +711,7 @@ class LoaderRecord:
             acc.reset()
         return msg
 
-    def _worker_reports(self) -> list[wire.WorkerReport]:
+    def _worker_reports(self, now_ns: int) -> list[wire.WorkerReport]:
         out = []
         ids = set(self._worker_status) | set(self._workers)
         for wid in sorted(i for i in ids if i < self.config.num_workers):
@@ -575,13 +722,15 @@ class LoaderRecord:
                 id=wid, pid=pid, alive=alive, exitcode=exitcode, cpu_percent=cpu, rss_bytes=rss,
                 batches=acc.batches, fetch_us=list(acc.fetch_us), fetch_wall_ns=acc.wall_ns,
                 fetch_cpu_ns=acc.cpu_ns, collate_us=list(acc.collate_us),
+                busy_ms=self._busy_ms(wid, now_ns) if alive is not False else None,
+                stack=self._worker_stack(wid, pid, now_ns) if alive is not False else None,
             ))
         return out
 
     def goodbye(self, sent_at: float) -> wire.Goodbye:
         self.drain()
         msg = wire.Goodbye(source=self.source, seq=self.seq, sent_at=sent_at,
-                           batches_total=self.batches_total)
+                           batches_total=self.batches_total, error=self.error)
         self.seq += 1
         return msg
 

@@ -62,6 +62,27 @@ def read_queue(it) -> QueueDepth | None:
     return QueueDepth(ready=ready, in_flight=in_flight, capacity=capacity)
 
 
+def outstanding_by_worker(it) -> dict[int, int] | None:
+    """Worker id -> tasks sent to it whose batch the loop has not taken yet (None: unreadable).
+
+    torch 2.13 `_try_put_index` sets `_task_info[idx] = (worker_id,)` when it sends task idx, and
+    `_get_data`'s caller extends it to `(worker_id, data)` when an out-of-order batch arrives and
+    deletes it when the loop takes it. `list(dict.items())` runs in C under the GIL: one
+    consistent copy, however the training thread mutates the dict meanwhile.
+    """
+    try:
+        if getattr(it, "_shutdown", False):
+            return None
+        items = list(it._task_info.items())
+    except (AttributeError, TypeError, RuntimeError):
+        return None
+    out: dict[int, int] = {}
+    for _, info in items:
+        if isinstance(info, tuple) and len(info) == 1:
+            out[info[0]] = out.get(info[0], 0) + 1
+    return out
+
+
 def worker_pids(it) -> list[tuple[int, int | None, object]]:
     """(worker id, pid, process object) for the iterator's workers; [] for num_workers=0."""
     out = []

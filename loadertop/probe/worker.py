@@ -66,11 +66,32 @@ class _Sender:
         except Exception:  # zmq.Again at HWM, or no transport at all: count, never raise
             self.dropped += 1
 
+    def send_start(self, dataset) -> None:
+        """Once per worker process, before its first batch (after the user's worker_init_fn):
+        the random states it starts with."""
+        try:
+            from loadertop.probe import rng
+
+            digests = rng.digests(dataset)
+        except Exception:
+            digests = {}
+        sock = self.socket if self.pid == os.getpid() else None
+        try:
+            if sock is None:
+                sock = self._connect()
+            import zmq
+
+            sock.send(wire.encode_sample(wire.WorkerStart(self.source, self.worker_id, self.pid,
+                                                          digests)), zmq.NOBLOCK)
+        except Exception:
+            self.dropped += 1
+
 
 CENSUS_NS = 1_000_000_000  # count a batch's tensors at most once a second per worker
 CENSUS_MAX_NODES = 10_000  # and stop walking a huge nested batch there
 
 _generations = [0]  # fetchers this worker process has made (one per epoch of persistent workers)
+_batch_started = [0]  # perf_counter_ns() when the current batch began, 0 between batches
 
 
 class _FetcherTiming:
@@ -146,18 +167,26 @@ def _install_fetch_timing(sender: _Sender) -> bool:
             if timing is None:
                 timing = self._loadertop_timing = _FetcherTiming()
                 self.collate_fn = _TimedCollate(self.collate_fn, timing)
+                if timing.generation == 0:  # this worker process's first batch: before any draw
+                    sender.send_start(getattr(self, "dataset", None))
             seq = timing.seq
             timing.seq = seq + 1
             timing.collate_ns = 0
             w0 = _perf_ns()
             c0 = _cpu_ns()
+            _batch_started[0] = w0  # for the watchdog thread (hang forensics)
             try:
                 data = _original(self, possibly_batched_index)
             except StopIteration:  # an iterable dataset ran out: the loop will skip this task
+                _batch_started[0] = 0
                 sender.send(0, 0, generation=timing.generation, seq=seq, ended=True)
+                raise
+            except BaseException:
+                _batch_started[0] = 0
                 raise
             c1 = _cpu_ns()
             w1 = _perf_ns()  # the batch is produced: what follows is the handoff
+            _batch_started[0] = 0
             tensors = tensor_bytes = None
             if w1 >= timing.next_census:
                 census = tensor_census(data)
@@ -177,10 +206,12 @@ class WorkerHook:
     """A picklable `worker_init_fn` (spawn pickles it) that installs timing, then runs the
     user's own `worker_init_fn`, whose behaviour and exceptions are unchanged."""
 
-    def __init__(self, user_init_fn, source: str, endpoint: str | None) -> None:
+    def __init__(self, user_init_fn, source: str, endpoint: str | None,
+                 stack_dir: str | None = None) -> None:
         self.user_init_fn = user_init_fn
         self.source = source
         self.endpoint = endpoint
+        self.stack_dir = stack_dir
 
     def __call__(self, worker_id: int) -> None:
         if self.endpoint:
@@ -189,8 +220,26 @@ class WorkerHook:
                 _install_fetch_timing(_Sender(self.endpoint, self.source, worker_id))
             except Exception:
                 pass  # measuring must never break a worker
+        if self.stack_dir:
+            try:
+                _start_watchdog(self.stack_dir)
+            except Exception:
+                pass
         if self.user_init_fn is not None:
             self.user_init_fn(worker_id)
+
+
+_watchdog: list = []  # this worker process's WorkerWatchdog (one per process)
+
+
+def _start_watchdog(stack_dir: str) -> None:
+    """Once per worker process (a persistent worker runs this hook once): its stacks go to
+    `<stack_dir>/<pid>*.txt` when it hangs, where the main process reads them (probe/stacks.py)."""
+    if _watchdog and _watchdog[0].pid == os.getpid():
+        return
+    from loadertop.probe import stacks
+
+    _watchdog[:] = [stacks.WorkerWatchdog(stack_dir, _batch_started)]
 
 
 def _reset_inherited_signal_handlers() -> None:

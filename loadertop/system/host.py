@@ -374,6 +374,24 @@ def _rate(before: int | None, after: int | None, elapsed: float) -> float | None
     return (after - before) / elapsed
 
 
+DEFAULT_SHM_PATH = "/dev/shm"
+
+
+def shm_figures(path: str = DEFAULT_SHM_PATH) -> dict[str, Any]:
+    """The shared-memory file system DataLoader workers hand batches over through (torch's
+    ``file_descriptor`` and ``file_system`` strategies both allocate there), by ``statvfs`` (~2 µs):
+    ``shm_path``, ``shm_total_bytes``, ``shm_free_bytes`` (what an unprivileged process may still
+    allocate). The sizes are None where the path does not exist (macOS has no /dev/shm) or is not
+    a file system we may ask."""
+    try:
+        st = os.statvfs(path)
+    except (OSError, ValueError):
+        return {"shm_path": path, "shm_total_bytes": None, "shm_free_bytes": None}
+    total = st.f_blocks * st.f_frsize
+    return {"shm_path": path, "shm_total_bytes": total if total > 0 else None,
+            "shm_free_bytes": min(st.f_bavail * st.f_frsize, total) if total > 0 else None}
+
+
 def _load_avg_1m() -> float | None:
     try:
         return float(psutil.getloadavg()[0])

@@ -34,6 +34,8 @@ from loadertop.viewer.widgets import (
     Banner,
     CpuPanel,
     DiskPanel,
+    FindingsBar,
+    FindingsScreen,
     GpuPanel,
     HeaderBar,
     HelpScreen,
@@ -44,6 +46,7 @@ from loadertop.viewer.widgets import (
     Panel,
     WorkersTable,
 )
+from loadertop.viewer.widgets.findings import bar_rows, lean
 from loadertop.viewer.widgets.header import waiting_for
 from loadertop.viewer.widgets.theme import source_labels
 
@@ -80,6 +83,17 @@ MIN_WIDTH, MIN_HEIGHT = 60, 15
 WIDE_MIN_WIDTH, WIDE_MIN_HEIGHT = 110, 30
 
 
+class _Column(Vertical):
+    """The left column. The loader panel sizes its graphs to the column's height, which changes
+    when the banner or the findings above it grow or shrink: then the panels are drawn again once
+    the new layout is known (as after a resize of the terminal)."""
+
+    def on_resize(self, event: Resize) -> None:
+        app = self.app
+        if isinstance(app, LoadertopApp):
+            app.call_after_refresh(app._render_document, True)
+
+
 class LoadertopApp(App[None]):
     """``top`` for DataLoaders, fed by ``feed`` (see :class:`Feed`)."""
 
@@ -91,10 +105,13 @@ class LoadertopApp(App[None]):
         Binding("q", "quit", "Quit"),
         Binding("escape", "quit", "Quit", show=False),
         Binding("question_mark", "help", "Help", key_display="?"),
+        Binding("e", "findings", "Findings"),
         Binding("space", "toggle_pause", "Pause", key_display="space"),
         Binding("plus", "slower", "Interval", key_display="+/-"),
         Binding("minus", "faster", "Faster", show=False),
-        Binding("tab", "next_source", "Source", key_display="tab", priority=True),
+        # Not in the footer (80 columns hold the rest): with several sources the header says
+        # "tab" itself, and the help lists it.
+        Binding("tab", "next_source", "Source", key_display="tab", show=False, priority=True),
         Binding("shift+tab", "previous_source", "Previous source", show=False, priority=True),
         Binding("right_square_bracket", "next_source", "Next source", show=False),
         Binding("left_square_bracket", "previous_source", "Previous source", show=False),
@@ -143,8 +160,9 @@ class LoadertopApp(App[None]):
     def compose(self) -> ComposeResult:
         yield HeaderBar(id="header")
         yield Banner(id="banner")
+        yield FindingsBar(id="findings")
         with Container(id="main"):
-            with Vertical(id="left"):
+            with _Column(id="left"):
                 yield LoaderPanel("Loader", id="loader")
                 yield WorkersTable(id="workers")
                 yield OverviewTable(id="overview")
@@ -160,6 +178,7 @@ class LoadertopApp(App[None]):
         # Direct references: App.query_one would search whichever screen is on top (e.g. help).
         self._header = self.query_one(HeaderBar)
         self._banner = self.query_one(Banner)
+        self._findings = self.query_one(FindingsBar)
         self._workers_table = self.query_one(WorkersTable)
         self._overview = self.query_one(OverviewTable)
         self._panels: list[Panel] = list(self.query(Panel))
@@ -227,8 +246,13 @@ class LoadertopApp(App[None]):
         with self.batch_update():
             src = self._current_source()
             self._render_header()
+            height = self.size.height
+            self._findings.show(doc, src, rows=bar_rows(height, self.compact), compact=self.compact)
             self._banner.show(doc.diagnosis if doc is not None else None, self._diagnosed_label(),
-                              compact=self.compact, waiting=waiting_for(doc))
+                              compact=self.compact, waiting=waiting_for(doc),
+                              findings_below=bool(self._findings.lines) and lean(height, self.compact))
+            if isinstance(self.screen, FindingsScreen) and self.screen.is_mounted:  # it follows
+                self.screen.show(doc)
             if force_tables or (self._panels_due and
                                 self.ticks - self._last_panel_tick >= self._every(PANEL_MIN_INTERVAL_S)):
                 self._panels_due = False
@@ -284,6 +308,10 @@ class LoadertopApp(App[None]):
     def action_help(self) -> None:
         if not isinstance(self.screen, HelpScreen):
             self.push_screen(HelpScreen(REFRESH_STEPS))
+
+    def action_findings(self) -> None:
+        if not isinstance(self.screen, FindingsScreen):
+            self.push_screen(FindingsScreen(self.document))
 
     def action_toggle_pause(self) -> None:
         self.paused = not self.paused

@@ -22,15 +22,21 @@ from dataclasses import dataclass, field
 
 import msgspec
 
-from loadertop import diagnosis, wire
+from loadertop import diagnosis, findings, wire
 from loadertop.document import (
     SNAPSHOT_SCHEMA,
     Document,
+    EndFigures,
+    Finding,
     LoaderConfig,
     LoopFigures,
     QueueFigures,
+    RngFigures,
+    RngShareFigures,
+    ShmFigures,
     Source,
     SourceFigures,
+    StackFigures,
     StageFigures,
     State,
     Stats,
@@ -41,6 +47,7 @@ from loadertop.document import (
     WorkerFigures,
 )
 from loadertop.viewer import ranks
+from loadertop.viewer.resources import ResourceHistory
 
 HISTORY_S = 120.0  # reports kept per source (the longest window a viewer can ask for)
 GONE_AFTER_S = 3.0  # no report for this long (reports come every 0.25 s): the source is gone
@@ -100,6 +107,8 @@ class SourceState:
     missed: int = 0  # reports lost on the way (sequence gaps)
     finished_at: float | None = None
     batches_total: int = 0
+    resources: ResourceHistory = field(default_factory=ResourceHistory)
+    error: wire.LoopError | None = None  # the latest exception out of the loop's next()
 
     def add(self, msg: wire.LoaderReport, now: float) -> None:
         if self.last is not None:
@@ -114,6 +123,9 @@ class SourceState:
         self.last_received = now
         self.batches_total = msg.batches_total
         self.finished_at = None
+        if msg.resources is not None:
+            self.resources.add(msg.resources, now)
+        self.error = msg.error  # the probe clears it when a new epoch begins
 
     def prune(self, now: float) -> None:
         while self.reports and self.reports[0][0] < now - HISTORY_S:
@@ -142,6 +154,7 @@ class Model:
         self.endpoints: dict[str, float | None] = {}  # endpoint -> last time it delivered
         self.discovery_dir: str | None = None
         self.stabilizer = diagnosis.VerdictStabilizer()
+        self.findings = findings.FindingTracker()
         self._document: Document | None = None
 
     # ------------------------------------------------------------ ingest
@@ -167,6 +180,8 @@ class Model:
             if state is not None:
                 state.finished_at = now
                 state.batches_total = max(state.batches_total, msg.batches_total)
+                if msg.error is not None:
+                    state.error = msg.error
 
     def reject(self, reason: str) -> None:
         """Count a frame that `wire.decode` refused (by its reason)."""
@@ -184,7 +199,9 @@ class Model:
             if now - state.last_received > FORGET_AFTER_S:
                 del self.sources[sid]
                 self.stabilizer.forget(sid)
+                self.findings.forget(sid)
         sources: list[Source] = []
+        every_finding: list[Finding] = []
         verdicts: list[tuple[str, Verdict]] = []
         for state in sorted(self.sources.values(), key=SourceState.sort_key):
             if state.last is None:
@@ -194,9 +211,15 @@ class Model:
             verdict = diagnosis.diagnose(figures, system, self.stabilizer.shown_category(state.source))
             shown = self.stabilizer.update(state.source, verdict, now)
             verdicts.append((state.source, shown))
-            sources.append(Source(**msgspec.structs.asdict(figures), diagnosis=shown))
+            found = self.findings.update(state.source, findings.detect(figures, system), now)
+            every_finding.extend(found)
+            sources.append(Source(**msgspec.structs.asdict(figures), diagnosis=shown,
+                                  findings=found))
         live_hosts = [s.host for s in sources if s.state not in ("gone", "finished")]
         system = self.system_figures(live_hosts[0] if live_hosts else None, now)
+        if system is not None:
+            every_finding.extend(
+                self.findings.update(f"machine:{system.host}", findings.machine(system), now))
         last_data = max((t for t in self.endpoints.values() if t is not None), default=None)
         self._document = Document(
             schema=SNAPSHOT_SCHEMA,
@@ -205,6 +228,7 @@ class Model:
             sources=tuple(sources),
             system=system,
             diagnosis=diagnosis.overall(verdicts, system),
+            findings=findings.ordered(every_finding),
             ranks=ranks.overview(sources),  # the straggler among ranks (viewer/ranks.py)
             viewer=ViewerStatus(
                 endpoints=tuple(sorted(self.endpoints)),
@@ -242,7 +266,7 @@ class Model:
             # Reports arrive every 0.25 s; only a late one means the loop is still blocked now.
             late = age if age > LATE_REPORT_S else 0.0
             blocked_ms = round(last.blocked_ms + late * 1000.0, 1)
-        workers = self._workers(last, window)
+        workers = self._workers(last, window, state.resources)
         wait_fraction = round(min(1.0, wait_ns / (covered * 1e9)), 3) if covered > 0 else None
         config = last.config
         return SourceFigures(
@@ -278,7 +302,23 @@ class Model:
             dropped=state.missed + last.dropped,
             probe_cpu_fraction=_round(last.probe_cpu_fraction, 4),
             stages=self._stages(last, window),
+            process=state.resources.process(now),
+            loop_stack=_stack(last.loop_stack) if live else None,
+            end=self._end(state),
+            epoch_starts_ms=tuple(round(v, 1) for v in last.epoch_starts_ms),
+            rng=RngFigures(checked_workers=last.rng_checked, shared=tuple(
+                RngShareFigures(state=r.state, workers=tuple(r.workers)) for r in last.rng_shared)),
         )
+
+    @staticmethod
+    def _end(state: SourceState) -> EndFigures | None:
+        error = state.error
+        if error is not None:
+            return EndFigures(how="crashed", error=f"{error.type}: {error.message}"[:2000],
+                              at=error.at)
+        if state.finished_at is not None:
+            return EndFigures(how="finished", error=None, at=round(state.finished_at, 3))
+        return None
 
     @staticmethod
     def _queue(last: wire.LoaderReport, window: list[wire.LoaderReport]) -> QueueFigures:
@@ -301,8 +341,8 @@ class Model:
         )
 
     @staticmethod
-    def _workers(last: wire.LoaderReport,
-                 window: list[wire.LoaderReport]) -> tuple[WorkerFigures, ...]:
+    def _workers(last: wire.LoaderReport, window: list[wire.LoaderReport],
+                 resources: ResourceHistory) -> tuple[WorkerFigures, ...]:
         out = []
         for w in last.workers:
             fetch_us: list[int] = []
@@ -317,11 +357,15 @@ class Model:
                         batches += mw.batches
                         wall += mw.fetch_wall_ns
                         cpu += mw.fetch_cpu_ns
+            slow = resources.worker(w.id, w.pid)
             out.append(WorkerFigures(
                 id=w.id, pid=w.pid, alive=w.alive, exitcode=w.exitcode,
                 cpu_percent=_round(w.cpu_percent, 1), rss_bytes=w.rss_bytes, batches=batches,
                 fetch_ms=stats_ms(fetch_us), collate_ms=stats_ms(collate_us),
-                cpu_fraction=_ratio(cpu, wall)))
+                cpu_fraction=_ratio(cpu, wall),
+                busy_ms=_round(w.busy_ms, 1), stack=_stack(w.stack),
+                uss_bytes=slow.uss_bytes, pss_bytes=slow.pss_bytes, fds=slow.fds,
+                threads=slow.threads, uss_trend=slow.uss_trend, rss_trend=slow.rss_trend))
         return tuple(out)
 
     @staticmethod
@@ -394,7 +438,23 @@ class Model:
 def system_figures_of(report: wire.SystemReport) -> SystemFigures:
     """A machine report as document figures, validated against the document's ranges (the wire
     checks types and sizes; a percentage above 100 is caught here). The wire's fields carry over
-    by name, GPUs and cgroup included; `seq` is the wire's own and stays behind."""
+    by name, GPUs and cgroup included; `seq` and the flat `shm_*` are the wire's own."""
     fields = msgspec.structs.asdict(report)
     fields["age_s"] = 0.0
+    shm = None
+    if report.shm_path is not None and report.shm_total_bytes is not None \
+            and report.shm_free_bytes is not None:
+        shm = ShmFigures(path=report.shm_path, total_bytes=report.shm_total_bytes,
+                         free_bytes=min(report.shm_free_bytes, report.shm_total_bytes))
+    for key in ("shm_path", "shm_total_bytes", "shm_free_bytes"):
+        del fields[key]
+    fields["shm"] = shm
     return msgspec.convert(fields, SystemFigures, from_attributes=True)
+
+
+def _stack(stack: wire.Stack | None) -> StackFigures | None:
+    if stack is None:
+        return None
+    user = stack.user_frame if stack.user_frame is not None and \
+        stack.user_frame < len(stack.frames) else None
+    return StackFigures(frames=tuple(stack.frames), user_frame=user, taken_at=stack.taken_at)

@@ -1,7 +1,8 @@
 """The snapshot document as a readable plain-text report (`loadertop snapshot`, `--once`).
 
-Also the one reading of "where the time goes" (`time_shares`): the loader panel draws the same
-shares as a bar, so the screen and the report never disagree.
+Also the one reading of "where the time goes" (`time_shares`), of how a loop ended
+(`shown_state`) and of a finding's stack (`finding_stack`, `split_frame`): the screen draws the
+same, so the screen and the report never disagree.
 """
 
 from __future__ import annotations
@@ -11,9 +12,12 @@ from typing import NamedTuple
 
 from loadertop import diagnosis
 from loadertop.document import (
+    SEVERITIES,
     Document,
+    Finding,
     OverallVerdict,
     Source,
+    StackFigures,
     Stats,
     SystemFigures,
     Verdict,
@@ -86,6 +90,102 @@ def time_shares(src: Source) -> TimeShares | None:
     return TimeShares(1.0 - wait, wait, wait * split.producing, wait * split.handoff, label, None)
 
 
+# --------------------------------------------------------------------------- how a loop ended
+
+
+def shown_state(src: Source) -> str:
+    """The source's state as the screen and the report say it: "crashed" where an exception left
+    the loop's next() (`end.how`), else the document's `state` (CONTRACT §3)."""
+    if src.end is not None and src.end.how == "crashed":
+        return "crashed"
+    return src.state
+
+
+def end_words(src: Source) -> str | None:
+    """"finished" / "crashed: RuntimeError: …" — how the loop ended, or None while it runs."""
+    end = src.end
+    if end is None:
+        return None
+    if end.how == "crashed":
+        return f"crashed: {end.error}" if end.error else "crashed"
+    return "finished"
+
+
+# --------------------------------------------------------------------------- stacks
+
+
+class FindingStack(NamedTuple):
+    """A finding's stack, innermost frame last (as the document has it), and the index of the
+    innermost frame of the user's own code in it (None: unknown, or every frame a library's)."""
+
+    frames: tuple[str, ...]
+    user_frame: int | None
+
+
+def finding_stack(finding: Finding, src: Source | None) -> FindingStack | None:
+    """The stack of ``finding`` (None when it has none). The probe judged which frame is the
+    user's (`StackFigures.user_frame`); a finding carries only the frames, so the index is taken
+    from the source's stack of the same thread when that stack is the one the finding quotes."""
+    if not finding.stack:
+        return None
+    live: StackFigures | None = None
+    if src is not None:
+        if finding.kind == "loop_hung":
+            live = src.loop_stack
+        elif finding.worker is not None:
+            live = next((w.stack for w in src.workers if w.id == finding.worker), None)
+    user = None
+    if live is not None and live.user_frame is not None:
+        # A finding quotes the innermost frames of the stack: the same thread's when they end it.
+        skipped = len(live.frames) - len(finding.stack)
+        if skipped >= 0 and live.frames[skipped:] == finding.stack and live.user_frame >= skipped:
+            user = live.user_frame - skipped
+    return FindingStack(finding.stack, user)
+
+
+def split_frame(frame: str) -> tuple[str, str]:
+    """``"file:line in function"`` as ``(function, "file:line")`` (py-spy's order); a frame in
+    another form is its own location, with no function."""
+    location, sep, function = frame.rpartition(" in ")
+    if not sep or not location:
+        return "", frame
+    return function, location
+
+
+#: Path parts after which a frame's file is shown (py-spy shortens the same way: a library's
+#: path from its package, the standard library's from its module).
+_PATH_ROOTS = ("/site-packages/", "/dist-packages/")
+_STDLIB_ROOT = "/lib/python3"
+#: Other paths keep this many trailing parts.
+SHORT_PATH_PARTS = 3
+
+
+def short_location(location: str) -> str:
+    """``"/usr/lib/python3.12/threading.py:320"`` → ``"threading.py:320"``,
+    ``".../site-packages/torch/utils/data/_utils/fetch.py:52"`` → ``"torch/utils/data/_utils/fetch.py:52"``,
+    ``"/home/me/work/proj/data/train.py:42"`` → ``"…/proj/data/train.py:42"``."""
+    for root in _PATH_ROOTS:
+        i = location.rfind(root)
+        if i >= 0:
+            return location[i + len(root):]
+    i = location.rfind(_STDLIB_ROOT)
+    if i >= 0:
+        rest = location[i + len(_STDLIB_ROOT):]
+        slash = rest.find("/")
+        if slash >= 0:
+            return rest[slash + 1:]
+    parts = location.split("/")
+    if len(parts) > SHORT_PATH_PARTS + 1:
+        return "…/" + "/".join(parts[-SHORT_PATH_PARTS:])
+    return location
+
+
+def severity_counts(findings: tuple[Finding, ...]) -> str:
+    """"1 critical, 2 warning" (severities present, most severe first)."""
+    return ", ".join(f"{n} {sev}" for sev in SEVERITIES
+                     if (n := sum(1 for f in findings if f.severity == sev)))
+
+
 def _stats(stats: Stats | None) -> str:
     if stats is None:
         return MISSING
@@ -102,11 +202,22 @@ def render_text(doc: Document) -> str:
     lines.append(f"loadertop snapshot · {taken} · {doc.window_s:g} s window")
     lines.append("")
     lines.append(_verdict_line(doc.diagnosis, doc.diagnosis.source))
+    if doc.findings:
+        lines.append(f"FINDINGS: {severity_counts(doc.findings)} (listed with their source)")
     for src in doc.sources:
         lines.append("")
         lines.extend(_source_lines(src, with_verdict=len(doc.sources) > 1))
     lines.append("")
     lines.extend(_system_lines(doc.system))
+    machine = [f for f in doc.findings if f.source is None]
+    if machine:
+        lines.append(f"  findings of the machine ({len(machine)}):")
+        for finding in machine:
+            lines.extend(_finding_lines(finding, None, "    "))
+    known = {s.id for s in doc.sources}
+    elsewhere = [f for f in doc.findings if f.source is not None and f.source not in known]
+    for finding in elsewhere:  # a source no longer in the document (should not happen)
+        lines.extend(_finding_lines(finding, None, "  "))
     viewer = doc.viewer
     bad = viewer.bad_messages + viewer.wrong_version
     if bad:
@@ -130,7 +241,7 @@ def _source_lines(src: Source, with_verdict: bool) -> list[str]:
     rank = f" rank {src.rank}" if src.rank is not None else ""
     q = src.queue
     out = [
-        f"{src.name}{rank} · {src.host}:{src.pid} · {src.state} · "
+        f"{src.name}{rank} · {src.host}:{src.pid} · {shown_state(src)} · "
         f"{cfg.num_workers} workers · batch {cfg.batch_size} · {cfg.dataset}",
         f"  batches {src.batches} in window ({src.batches_total} total) · "
         f"{fmt_per_s(src.batches_per_s)} batches/s · {fmt_per_s(src.samples_per_s)} samples/s",
@@ -147,17 +258,51 @@ def _source_lines(src: Source, with_verdict: bool) -> list[str]:
     if src.workers:
         out.append("  worker  pid      state        fetch p50/p95 ms   collate p50/p95 ms  cpu_frac  "
                    "CPU %   RSS")
+    hung = {f.worker for f in src.findings if f.kind == "worker_hung"}
     for w in src.workers:
         if w.alive is False:
             state = f"dead ({w.exitcode})" if w.exitcode is not None else "dead"
+        elif w.id in hung:
+            state = f"hung {fmt_ms(w.busy_ms)}" if w.busy_ms is not None else "hung"
         else:
             state = "alive" if w.alive else "?"
         out.append(
             f"  {w.id:<6}  {w.pid or '–':<7}  {state:<11}  {_p50_p95(w.fetch_ms):<17}  "
             f"{_p50_p95(w.collate_ms):<18}  {fmt_float(w.cpu_fraction):<8}  "
             f"{fmt_float(w.cpu_percent, 0):<6}  {fmt_bytes(w.rss_bytes)}")
+    ended = end_words(src)
+    if ended is not None and src.end is not None:
+        at = f" at {_clock(src.end.at)}" if src.end.at is not None else ""
+        out.append(f"  ended{at}: {ended}")
+    if src.findings:
+        out.append(f"  findings ({len(src.findings)}):")
+        for finding in src.findings:
+            out.extend(_finding_lines(finding, src, "    "))
     if with_verdict and src.diagnosis.category != diagnosis.IDLE:
         out.append("  " + _verdict_line(src.diagnosis).replace("\n", "\n  "))
+    return out
+
+
+def _clock(at: float) -> str:
+    return time.strftime("%H:%M:%S", time.localtime(at))
+
+
+def _finding_lines(finding: Finding, src: Source | None, indent: str) -> list[str]:
+    """One finding: "CRITICAL worker_died [worker 2] since 17:23:08: summary", its evidence,
+    advice and (for a hang) its stack, most recent call last as Python prints a traceback."""
+    about = f" [worker {finding.worker}]" if finding.worker is not None else ""
+    if finding.source is not None and src is None:
+        about = f" [{finding.source}]" + about
+    out = [f"{indent}{finding.severity.upper()} {finding.kind}{about} since "
+           f"{_clock(finding.since)}: {finding.summary}"]
+    out += [f"{indent}  evidence: {ev}" for ev in finding.evidence]
+    out += [f"{indent}  → {adv}" for adv in finding.advice]
+    stack = finding_stack(finding, src)
+    if stack is not None:
+        out.append(f"{indent}  stack ({len(stack.frames)} frames, most recent call last):")
+        for i, frame in enumerate(stack.frames):
+            mark = "   ← your code" if i == stack.user_frame else ""
+            out.append(f"{indent}    {frame}{mark}")
     return out
 
 

@@ -240,6 +240,22 @@ def test_hanging_dataset_is_stalled(verdicts):
         assert src["batches_total"] == 10
         # every worker is alive: the hang is not a death
         assert all(w["alive"] for w in src["workers"])
+    # The findings of a hang (issue 10): the stuck workers' and the loop's stacks, by faulthandler
+    # and sys._current_frames(), naming the function the dataset blocks in.
+    src, doc = _verdict_of(result, 1)
+    kinds = {(f["kind"], f["worker"]): f for f in src["findings"]}
+    assert ("loop_hung", None) in kinds, src["findings"]
+    hung = [f for (kind, _), f in kinds.items() if kind == "worker_hung"]
+    assert hung, src["findings"]
+    for f in hung:
+        assert f["severity"] == "critical" and f["stack"], f
+        assert f["stack"][-1].endswith("in hang_forever"), f["stack"][-3:]
+        assert "lt_data.py" in f["summary"] and "hang_forever" in f["summary"], f["summary"]
+    loop = kinds[("loop_hung", None)]
+    assert any("train.py" in frame and "in main" in frame for frame in loop["stack"]), loop["stack"]
+    # the stalled verdict quotes the innermost frame of the user's code
+    assert "hang_forever" in src["diagnosis"]["summary"], src["diagnosis"]
+    assert {f["kind"] for f in doc["findings"]} >= {"loop_hung", "worker_hung"}
 
 
 def test_exiting_worker_is_stalled_naming_its_exit_code(verdicts):
@@ -255,6 +271,18 @@ def test_exiting_worker_is_stalled_naming_its_exit_code(verdicts):
         assert any(str(victim_pid) in line and "code 3" in line for line in verdict["evidence"]), verdict
         dead = {w["id"]: w for w in src["workers"]}[0]
         assert dead["alive"] is False and dead["exitcode"] == 3 and dead["pid"] == victim_pid
+        died = [f for f in src["findings"] if f["kind"] == "worker_died"]
+        assert [(f["worker"], f["severity"]) for f in died] == [(0, "critical")], src["findings"]
+        assert "exited with code 3" in died[0]["summary"]
+        assert src["end"]["how"] == "crashed" and "exited unexpectedly" in src["end"]["error"]
+
+
+@pytest.mark.parametrize("name", ["io", "compute", "cpu"])
+def test_healthy_io_and_cpu_bound_jobs_show_no_findings(verdicts, name):
+    for i in range(2):
+        src, doc = _verdict_of(verdicts[name], i)
+        assert src["findings"] == [] and doc["findings"] == [], src["findings"]
+        assert src["end"] is None
 
 
 def test_top_level_diagnosis_names_the_source(verdicts):

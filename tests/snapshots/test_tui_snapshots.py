@@ -97,3 +97,42 @@ def test_no_gpu(snap_compare, size):
 def test_help(snap_compare, size):
     assert snap_compare(make_app(fakes.healthy_doc()), terminal_size=SIZES[size],
                         run_before=keys("question_mark"))
+
+
+# --------------------------------------------------------------------------- findings (CONTRACT §5)
+
+
+@pytest.mark.parametrize("size", SIZES)
+def test_worker_hung(snap_compare, size):
+    """A worker stuck in a network read: its finding under the banner with its stack (80×24: one
+    row from the user's frame in), the loop's own hang below it, the worker marked "hung"."""
+    assert snap_compare(make_app(fakes.worker_hung_doc()), terminal_size=SIZES[size],
+                        run_before=ticks(0))
+
+
+@pytest.mark.parametrize("size", SIZES)
+def test_findings_list(snap_compare, size):
+    """`e`: every finding with evidence, advice and the whole stack."""
+    assert snap_compare(make_app(fakes.worker_hung_doc()), terminal_size=SIZES[size],
+                        run_before=keys("e"))
+
+
+@pytest.mark.parametrize("size", SIZES)
+def test_crashed(snap_compare, size):
+    """A worker SIGKILLed, torch's RuntimeError ending the loop: "crashed" and the error."""
+    assert snap_compare(make_app(fakes.killed_worker_doc()), terminal_size=SIZES[size],
+                        run_before=ticks(0))
+
+
+@pytest.mark.parametrize("size", SIZES)
+def test_warnings(snap_compare, size):
+    """A slow worker, a shared random state and slow epoch starts: warnings and info."""
+    assert snap_compare(make_app(fakes.pitfalls_doc()), terminal_size=SIZES[size],
+                        run_before=ticks(0))
+
+
+@pytest.mark.parametrize("size", SIZES)
+def test_findings_in_overview(snap_compare, size):
+    """The overview counts each source's findings; the shown one points at the others'."""
+    assert snap_compare(make_app(fakes.findings_multi_source_doc()), terminal_size=SIZES[size],
+                        run_before=keys("o"))

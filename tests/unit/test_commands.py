@@ -173,3 +173,49 @@ def test_report_workers_have_fetch_and_collate():
     assert columns[:3] == ["0", "41244", "alive"]
     assert columns[3:6] == ["11.0", "/", "16.1"] and columns[6:9] == ["0.6", "/", "1.0"]
     assert header.index("collate") == first.index("0.6 /")  # under its heading
+
+
+def test_report_lists_findings_with_evidence_advice_and_the_stack():
+    """A hung worker: the finding with its figures and fix, and the stack most recent call last
+    (as Python prints a traceback), the user's own frame marked."""
+    lines = _report_lines(fakes.worker_hung_doc())
+    assert "FINDINGS: 2 critical (listed with their source)" in lines
+    assert any(line.split()[:3] == ["1", "41245", "hung"] for line in lines)  # the workers' table
+    block = _after(lines, "findings (2):")
+    assert block[1].startswith("    CRITICAL worker_hung [worker 1] since ")
+    assert block[1].endswith(": worker 1 has been inside one batch for 41.0 s, at shards.py:61 in "
+                             "_read_record")
+    assert block[2] == "      evidence: inside one batch for 41.0 s (threshold 5.0 s)"
+    assert "      → a live view of it: py-spy dump --pid 41245" in block
+    stack = _after(block, "stack (8 frames, most recent call last):")
+    assert [s.strip() for s in stack[1:9]] == [
+        *fakes.WORKER_STACK[:5], fakes.WORKER_STACK[5] + "   ← your code", *fakes.WORKER_STACK[6:]]
+    loop = _after(block, "CRITICAL loop_hung")
+    assert "      stack (11 frames, most recent call last):" in loop
+    assert "        /home/ana/proj/train.py:74 in train_one_epoch   ← your code" in loop
+
+
+def test_report_says_how_the_loop_ended():
+    crashed = _report_lines(fakes.killed_worker_doc())
+    assert crashed[_index(crashed, "train · ")].split(" · ")[2] == "crashed"
+    assert _after(crashed, "ended at ")[0].endswith(
+        ": crashed: RuntimeError: DataLoader worker (pid 4321) is killed by signal: Killed.")
+    died = _after(crashed, "CRITICAL worker_died")
+    assert "worker 2 (pid 4321) died: killed by SIGKILL (signal 9), most likely the OOM killer" in died[0]
+    finished = _report_lines(fakes.finished_doc())
+    assert finished[_index(finished, "train · ")].split(" · ")[2] == "finished"
+    assert _after(finished, "ended at ")[0].endswith(": finished")
+    assert not any(line.startswith("FINDINGS") for line in finished)
+    assert not any("ended" in line for line in _report_lines(fakes.healthy_doc()))
+
+
+def test_report_lists_the_machines_findings():
+    lines = _report_lines(fakes.shm_low_doc())
+    block = _after(lines, "findings of the machine (1):")
+    assert block[1].startswith("    WARNING shm_low since ")
+    assert block[2].startswith("      evidence: /dev/shm: 3 MiB free of 64 MiB")
+    assert block[3].startswith("      → in Docker, a bigger --shm-size")
+
+
+def _index(lines: list[str], start: str) -> int:
+    return next(i for i, line in enumerate(lines) if line.startswith(start))

@@ -235,6 +235,8 @@ def test_module_imports_only_the_stdlib_and_the_document():
 
 def test_thresholds_table_in_docs_matches_the_module():
     doc = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    # the diagnosis' own table: from "### Thresholds" to the next section
+    doc = doc.split("\n### Thresholds\n", 1)[1].split("\n## ", 1)[0]
     rows = dict(re.findall(r"^\| `([A-Z_]+)` \| `([^`]+)` \|", doc, flags=re.M))
     numeric = {name for name, value in vars(d).items()
                if name.isupper() and not name.startswith("_") and isinstance(value, (int, float))}
@@ -1292,3 +1294,18 @@ def test_stabilizer_with_margins_on_a_steady_noisy_workload():
         v = diagnose(input_bound(wait_fraction=wf), make_system(), s.shown_category("a"))
         shown.append(s.update("a", v, i * 0.5).category)
     assert set(shown) == {"input_bound_cpu"}
+
+
+def test_finding_thresholds_in_docs_match_the_module():
+    from loadertop import findings
+    from loadertop.findings import lifecycle
+
+    doc = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    rows = dict(re.findall(r"^\| `([A-Z_]+)` \((?:lifecycle|`findings/__init__.py`)\) \| `([^`]+)` \|",
+                           doc, flags=re.M))
+    numeric = {name for name, value in vars(lifecycle).items()
+               if name.isupper() and not name.startswith("_") and isinstance(value, (int, float))
+               and name not in vars(d)}
+    assert set(rows) == numeric | {"LINGER_S"}
+    for name, value in rows.items():
+        assert ast.literal_eval(value) == getattr(lifecycle, name, getattr(findings, name, None)), name

@@ -87,6 +87,20 @@ class _FetchClock:
                          f'"t": {time.time()}}}\n')
 
 
+def hang_forever() -> None:
+    """Where a `hang` dataset blocks (the tests look for this function in the stack)."""
+    while True:
+        time.sleep(3600)
+
+
+def seed_worker_rng(worker_id: int) -> None:
+    """The fix for duplicate_rng: each worker's generator from its own torch seed."""
+    import numpy as np
+
+    info = get_worker_info()
+    info.dataset.rng = np.random.default_rng(info.seed)
+
+
 class WorkloadDataset(Dataset):
     """Map-style; per sample: sleep (I/O-like), burn CPU, nothing, or misbehave at `bad_index`.
 
@@ -97,11 +111,20 @@ class WorkloadDataset(Dataset):
 
     def __init__(self, kind: str = "cheap", ms: float = 0.0, length: int = 10**7,
                  bad_index: int | None = None, exit_code: int = 3, piddir: str | None = None,
-                 payload: int = 1) -> None:
+                 payload: int = 1, slow_worker_ms: float = 0.0, rng: str = "none") -> None:
         assert kind in KINDS, kind
+        assert rng in ("none", "init", "per-worker"), rng
         self.kind, self.ms, self.length = kind, ms, length
         self.bad_index, self.exit_code, self.piddir = bad_index, exit_code, piddir
         self.payload = payload
+        self.slow_worker_ms = slow_worker_ms  # worker 0 sleeps this much more per item
+        # "init": a generator made here, copied into every worker with the same state (the
+        # duplicate_rng pitfall); "per-worker": `seed_worker_rng` (worker_init_fn) replaces it.
+        self.rng = None
+        if rng != "none":
+            import numpy as np
+
+            self.rng = np.random.default_rng(0)
         self._seen: dict = {}
         self._clock = _FetchClock()
 
@@ -125,8 +148,7 @@ class WorkloadDataset(Dataset):
         elif self.kind == "spin":
             spin_cpu(self.ms)
         if bad and self.kind == "hang":
-            while True:
-                time.sleep(3600)
+            hang_forever()
         if self.kind == "exit" and i == self.bad_index:  # only the worker that fetches this one
             # let the loop receive this worker's previous batch first: exiting while the main
             # process still fetches its tensor's fd from us makes torch raise ConnectionResetError
@@ -135,6 +157,12 @@ class WorkloadDataset(Dataset):
             os._exit(self.exit_code)
         if bad and self.kind == "raise":
             raise ValueError(f"bad sample {i}")
+        if self.slow_worker_ms:
+            info = get_worker_info()
+            if info is not None and info.id == 0:
+                time.sleep(self.slow_worker_ms / 1000.0)
+        if self.rng is not None:  # an "augmentation": the item and one draw
+            return torch.tensor([i, int(self.rng.integers(1 << 30))])
         if self.payload == 1:
             return torch.tensor([i])
         return torch.full((self.payload,), i, dtype=torch.int64)

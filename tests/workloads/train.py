@@ -31,7 +31,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import torch
-from lt_data import SleepCollate, WorkloadDataset, burn_cpu, list_collate
+from lt_data import SleepCollate, WorkloadDataset, burn_cpu, list_collate, seed_worker_rng
 from torch.utils.data import DataLoader
 
 import loadertop
@@ -52,6 +52,15 @@ def parse(argv=None):
     p.add_argument("--exit-code", type=int, default=3)
     p.add_argument("--kill-worker-after", type=int, default=0)
     p.add_argument("--idle-after-error", type=float, default=0.0)
+    p.add_argument("--slow-worker-ms", type=float, default=0.0,
+                   help="worker 0 sleeps this much longer per sample")
+    p.add_argument("--rng", choices=("none", "init", "per-worker"), default="none",
+                   help="the dataset draws from a numpy Generator made in __init__ (init), or "
+                        "one seeded per worker by worker_init_fn (per-worker)")
+    p.add_argument("--epochs", type=int, default=1, help="epochs of --batches each (or until "
+                   "--duration)")
+    p.add_argument("--crash", action="store_true",
+                   help="the loop's error propagates: the process dies of it at once")
     p.add_argument("--end", choices=("normal", "raise", "sleep"), default="normal")
     p.add_argument("--nice-workers", type=int, default=0,
                    help="workers lower their priority by this much (worker_init_fn)")
@@ -123,7 +132,8 @@ def main(argv=None) -> int:
         os.makedirs(args.piddir, exist_ok=True)
     bad_index = args.after * args.batch_size if args.kind in ("hang", "exit", "raise") else None
     ds = WorkloadDataset(args.kind, args.ms, bad_index=bad_index, exit_code=args.exit_code,
-                         piddir=args.piddir, payload=args.payload)
+                         piddir=args.piddir, payload=args.payload,
+                         slow_worker_ms=args.slow_worker_ms, rng=args.rng)
     kwargs = {}
     if args.workers > 0:
         kwargs["persistent_workers"] = args.persistent
@@ -133,6 +143,8 @@ def main(argv=None) -> int:
             kwargs["in_order"] = False
         if args.nice_workers:
             kwargs["worker_init_fn"] = functools.partial(nice_worker, args.nice_workers)
+        elif args.rng == "per-worker":
+            kwargs["worker_init_fn"] = seed_worker_rng
     if args.collate_ms:
         kwargs["collate_fn"] = SleepCollate(args.collate_ms)
     elif args.list_batches:
@@ -144,19 +156,28 @@ def main(argv=None) -> int:
     n = 0
     status.write(force=True, phase="running")
     try:
-        for _batch in loader:
-            n += 1
-            status.write(batches=n, last_batch_at=time.time())
-            if args.kill_worker_after and n == args.kill_worker_after:
-                status.write(force=True)
-                os.kill(worker_pid(args.piddir, 0), signal.SIGKILL)
-            if args.step_ms > 0:
-                time.sleep(args.step_ms / 1000.0)
-            if args.busy_step_ms > 0:
-                burn_cpu(args.busy_step_ms)
-            if time.monotonic() >= end_at or (args.batches and n >= args.batches):
+        for epoch in range(args.epochs):
+            in_epoch = 0
+            for _batch in loader:
+                n += 1
+                in_epoch += 1
+                status.write(batches=n, last_batch_at=time.time(), epoch=epoch)
+                if args.kill_worker_after and n == args.kill_worker_after:
+                    status.write(force=True)
+                    os.kill(worker_pid(args.piddir, 0), signal.SIGKILL)
+                if args.step_ms > 0:
+                    time.sleep(args.step_ms / 1000.0)
+                if args.busy_step_ms > 0:
+                    burn_cpu(args.busy_step_ms)
+                if time.monotonic() >= end_at or (args.batches and in_epoch >= args.batches):
+                    break
+            if time.monotonic() >= end_at:
                 break
     except Exception as exc:  # torch's "DataLoader worker ... exited unexpectedly" and kin
+        if args.crash:
+            status.write(force=True, phase="error", error=str(exc), error_type=type(exc).__name__,
+                         batches=n)
+            raise
         # torch (2.13) raises "worker ... killed by signal" from its SIGCHLD handler in the main
         # thread for as long as the iterator lives (`exc` keeps it here). When the loop failed
         # first on the dead worker's shared-memory fd (ConnectionResetError, seen under load), that

@@ -7,6 +7,7 @@
 - `lines` — `LineWidget`, the line-API base that repaints only the lines that changed;
 - `panel` — `Panel` / `MachinePanel`, the bordered panels built on it;
 - `header`, `banner`, `loader`, `gpu`, `cpu`, `memory`, `disk` — the panels;
+- `findings` — the findings under the banner (a hang's stack with them) and their list (`e`);
 - `tables` — `LineTable`, the line-API table; `workers`, `overview` — the two tables on it;
 - `help` — the help screen.
 
@@ -17,6 +18,7 @@ network, keeps a clock or computes a figure the model already computed.
 from loadertop.viewer.widgets.banner import Banner
 from loadertop.viewer.widgets.cpu import CpuPanel
 from loadertop.viewer.widgets.disk import DiskPanel
+from loadertop.viewer.widgets.findings import FindingsBar, FindingsScreen
 from loadertop.viewer.widgets.gpu import GpuPanel
 from loadertop.viewer.widgets.header import HeaderBar
 from loadertop.viewer.widgets.help import HelpScreen
@@ -28,7 +30,7 @@ from loadertop.viewer.widgets.panel import MachinePanel, Panel
 from loadertop.viewer.widgets.workers import WorkersTable
 
 __all__ = [
-    "Banner", "CpuPanel", "DiskPanel", "GpuPanel", "HeaderBar", "HelpScreen", "History",
-    "LoaderPanel", "LoaderSeries", "MachinePanel", "MachineSeries", "MemoryPanel", "OverviewTable",
-    "Panel", "WorkersTable",
+    "Banner", "CpuPanel", "DiskPanel", "FindingsBar", "FindingsScreen", "GpuPanel", "HeaderBar",
+    "HelpScreen", "History", "LoaderPanel", "LoaderSeries", "MachinePanel", "MachineSeries",
+    "MemoryPanel", "OverviewTable", "Panel", "WorkersTable",
 ]

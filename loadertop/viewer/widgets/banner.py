@@ -4,7 +4,10 @@ source it is about, the summary, the deciding evidence and the first advice.
 The diagnosis lists a verdict's evidence with the deciding figures first (the wait fraction
 against its threshold, then what told I/O from CPU, …) and its advice with the first thing to try
 first; the banner shows them in that order, as many as fit: wide, up to `MAX_ROWS` rows with the
-lines wrapped; compact, one row each, cut with an ellipsis.
+lines wrapped; compact, one row each, cut with an ellipsis. While findings are listed under the
+banner on a small terminal (compact, or wide under `findings.LEAN_HEIGHT` lines), the banner gives
+them its evidence rows (80×24 has no row to spare; a finding's line is evidence too, and `e` lists
+them all).
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ class Banner(LineWidget):
         self._about: str | None = None
         self._waiting: str | None = None
         self._compact = False
+        self._findings_below = False
         self._set_level("none")
 
     def _set_level(self, level: str) -> None:
@@ -37,14 +41,16 @@ class Banner(LineWidget):
             self.set_class(name == level, f"-{name}")
 
     def show(self, verdict: OverallVerdict | None, about: str | None, *, compact: bool,
-             waiting: str | None = None) -> None:
+             waiting: str | None = None, findings_below: bool = False) -> None:
         """``about``: the label of the source the verdict is about (None: the machine);
-        ``waiting``: nothing has arrived yet (say so, rather than diagnose an empty window)."""
-        key = (verdict, about, compact, waiting)
+        ``waiting``: nothing has arrived yet (say so, rather than diagnose an empty window);
+        ``findings_below``: the findings' lines follow the banner and take its evidence rows."""
+        key = (verdict, about, compact, waiting, findings_below)
         if key == self._key:
             return
         self._key = key
         self._verdict, self._about, self._compact, self._waiting = verdict, about, compact, waiting
+        self._findings_below = findings_below
         if waiting:
             self._set_level("none")
         else:
@@ -65,6 +71,8 @@ class Banner(LineWidget):
             return [tuple(head)]
         head += [("  ", ""), (verdict.summary, "")]
         evidence = verdict.evidence[:EVIDENCE_COMPACT if self._compact else EVIDENCE_WIDE]
+        if self._findings_below:
+            evidence = ()
         evidence_line: Line = (("evidence ", DIM), ("; ".join(evidence), "")) if evidence else ()
         advice_line: Line = (("→ ", f"bold {cat.colour}"), (verdict.advice[0], "")) if verdict.advice else ()
         parts = [tuple(head), evidence_line, advice_line]

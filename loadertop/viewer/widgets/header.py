@@ -1,6 +1,6 @@
 """The header: which source, its command, freshness, uptime, losses, the probe's own CPU, the
 refresh interval and the clock (which keeps ticking while the screen is paused); then the note
-line (the demo's phase) and, with several sources, their tabs."""
+line (the demo's phase) and, with several sources, their tabs (each with its findings' marks)."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from loadertop.document import Document, Source, ViewerStatus
 from loadertop.viewer.units import fmt_duration
 from loadertop.viewer.widgets import graphics
+from loadertop.viewer.widgets.findings import marks
 from loadertop.viewer.widgets.graphics import Line, Span
 from loadertop.viewer.widgets.lines import LineWidget
 from loadertop.viewer.widgets.theme import (
@@ -126,7 +127,8 @@ class HeaderBar(LineWidget):
             else:
                 tabs: list[Span] = [("sources ", DIM)]
                 for i, title in enumerate(source_labels(sources)):
-                    tabs += [(f" {title} ", "bold reverse" if i == st.selected else ""), (" ", "")]
+                    tabs += [(f" {title} ", "bold reverse" if i == st.selected else ""),
+                             *marks(sources[i].findings), (" ", "")]
                 tabs.append(("(tab/[ ] switch, o overview)", DIM))
                 lines.append(tuple(tabs))
         return lines

@@ -1,5 +1,6 @@
 """The help screen (`?`): the keys, what the figures mean with the thresholds the diagnosis uses,
-and the categories in their colours — all said from the constants (`theme`), never typed twice."""
+the categories and the findings' marks in their colours — all said from the constants (`theme`),
+never typed twice."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from textual.binding import Binding
 from textual.screen import ModalScreen
 from textual.widgets import Static
 
-from loadertop.viewer.widgets.theme import categories_help, reading_the_screen
+from loadertop.viewer.widgets.theme import categories_help, findings_help, reading_the_screen
 
 HELP_TEXT = """\
 [b]loadertop[/b] — top for PyTorch DataLoaders
@@ -18,6 +19,7 @@ HELP_TEXT = """\
 [b]Keys[/b]
   q, Esc        quit (Esc/q/? close this help)
   ?             this help
+  e             findings: every one with its evidence, advice and stack
   space         pause: stop showing new data (the clock keeps ticking)
   + / -         refresh slower / faster ({steps} s)
   tab, ]        next source        shift+tab, \\[   previous source
@@ -29,6 +31,9 @@ HELP_TEXT = """\
 
 [b]Diagnoses[/b] (most urgent first)
 {categories}
+
+[b]Findings[/b] (under the banner; e lists them)
+{findings}
 """
 
 
@@ -36,7 +41,7 @@ def help_text(refresh_steps: Sequence[float]) -> str:
     """The help as Textual markup (square brackets in the figures' text are escaped)."""
     reading = reading_the_screen().replace("[", "\\[")
     return HELP_TEXT.format(steps="/".join(f"{s:g}" for s in refresh_steps), reading=reading,
-                            categories=categories_help())
+                            categories=categories_help(), findings=findings_help())
 
 
 class HelpScreen(ModalScreen[None]):

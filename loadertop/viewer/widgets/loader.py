@@ -1,11 +1,12 @@
-"""The loader panel: the selected source's state, waits, throughput, queue and their graphs."""
+"""The loader panel: the selected source's state (and how its loop ended), waits, throughput, queue
+and their graphs."""
 
 from __future__ import annotations
 
 import math
 
 from loadertop.document import Source, Stats
-from loadertop.viewer.report import TimeShares, time_shares
+from loadertop.viewer.report import TimeShares, shown_state, time_shares
 from loadertop.viewer.units import MISSING, fmt_bytes, fmt_float, fmt_frac_pct, fmt_ms, fmt_per_s
 from loadertop.viewer.widgets import graphics
 from loadertop.viewer.widgets.graphics import Line, Span
@@ -71,11 +72,14 @@ class LoaderPanel(Panel):
             return [(("No instrumented DataLoader yet. Start your job with loadertop.instrument() "
                       "or `loadertop run`.", DIM),)]
         out: list[Line] = [self._rate_line(src)]
+        ended = self._end_lines(src, width)
+        out += ended
         category = src.diagnosis.category
         wf = src.wait_fraction
         out.append((("wait  ", "bold"), *stats_spans(src.wait_ms), ("   waiting ", DIM),
                     (fmt_frac_pct(wf), f"bold {wait_colour(wf, category)}"), (" of the time", DIM)))
-        if src.blocked_ms is not None and src.blocked_ms >= BLOCKED_SHOW_MS:
+        blocked = src.blocked_ms is not None and src.blocked_ms >= BLOCKED_SHOW_MS
+        if blocked:
             out.append(((f"blocked in next() for {fmt_ms(src.blocked_ms)}", f"bold {BAD}"),))
         out += self._time_lines(src, width)
         out.append(self._stages_line(src, width))
@@ -86,6 +90,8 @@ class LoaderPanel(Panel):
         waits = self._history.loader(self.WAIT_P95, src.id)
         rates = self._history.loader(self.RATE, src.id)
         colour = wait_colour(wf, category)
+        if self.compact and (blocked or ended):
+            return out  # 80×24 has no row to spare: the blocked or crashed line took the graph's
         if self.compact:
             label_w = 13
             graph_w = max(4, width - label_w - 12)
@@ -105,10 +111,23 @@ class LoaderPanel(Panel):
 
     # ------------------------------------------------------------------ pieces
 
+    def _end_lines(self, src: Source, width: int) -> list[Line]:
+        """How a crashed loop ended, under the state line's "crashed": "✖ RuntimeError: DataLoader
+        worker (pid 4321) is killed by signal: Killed." (wide: wrapped onto a second row where
+        needed)."""
+        end = src.end
+        if end is None or end.how != "crashed":
+            return []
+        line: Line = (("✖ ", f"bold {BAD}"), (end.error or "an exception left next()", BAD))
+        if self.compact:
+            return [line]
+        return graphics.wrap(line, width, indent=2)[:2]
+
     @staticmethod
     def _rate_line(src: Source) -> Line:
         total = src.batches_total
-        return ((src.state, STATE_COLOURS.get(src.state, DIM)), ("  batch ", DIM),
+        state = shown_state(src)
+        return ((state, STATE_COLOURS.get(state, DIM)), ("  batch ", DIM),
                 (f"{src.batches}" + (f"/{total}" if total else ""), ""), ("  ", ""),
                 (fmt_per_s(src.batches_per_s), "bold"), (" batches/s  ", DIM),
                 (fmt_per_s(src.samples_per_s), "bold"), (" samples/s", DIM))

@@ -1,13 +1,17 @@
-"""The overview table (`o`): every source on one line, the selected one marked, and the straggler
-rank flagged as the model named it (`Document.ranks`: one rule for the screen and `snapshot`)."""
+"""The overview table (`o`): every source on one line, the selected one marked, the straggler rank
+flagged as the model named it (`Document.ranks`: one rule for the screen and `snapshot`), and a
+source with findings marked by its name: how many, in the colour of the worst ("val ✖ 2")."""
 
 from __future__ import annotations
 
 from loadertop.document import Document
+from loadertop.viewer.report import shown_state
 from loadertop.viewer.units import MISSING, fmt_frac_pct, fmt_ms, fmt_per_s
+from loadertop.viewer.widgets.findings import marks
 from loadertop.viewer.widgets.tables import Column, LineTable, Row, cell
 from loadertop.viewer.widgets.theme import (
     ACCENT,
+    STATE_COLOURS,
     WARN,
     category_style,
     source_labels,
@@ -57,13 +61,16 @@ class OverviewTable(LineTable):
             cat = category_style(s.diagnosis.category)
             weight = "bold" if i == selected else ""
             mark = ((STRAGGLER_MARK, f"bold {WARN}"),) if i == straggler else ()
+            found = marks(s.findings)
+            if found:
+                mark += ((" ", ""), *found)
             rows.append(Row(s.id, {
                 "sel": cell("▶" if i == selected else " ", f"bold {ACCENT}"),
                 "source": ((labels[i], weight), *mark),
                 "name": ((s.name or MISSING, weight), *mark),
                 "rank": cell(MISSING if s.rank is None else str(s.rank)),
                 "where": cell(f"{s.host or MISSING}:{s.pid}"),
-                "state": cell(s.state),
+                "state": cell(shown_state(s), STATE_COLOURS.get(shown_state(s), "")),
                 "rate": cell(fmt_per_s(s.batches_per_s)),
                 "p95": cell(fmt_ms(None if s.wait_ms is None else s.wait_ms.p95)),
                 "wf": cell(fmt_frac_pct(s.wait_fraction), wait_colour(s.wait_fraction, s.diagnosis.category)),

@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from typing import Any, NamedTuple
 
 from loadertop import diagnosis
-from loadertop.document import Category
+from loadertop.document import SEVERITIES, Category, Finding, FindingKind, Severity
 from loadertop.viewer import model
 from loadertop.viewer.units import MISSING, fmt_bytes
 
@@ -58,9 +58,62 @@ def category_style(category: str | None) -> CategoryStyle:
     return found or CategoryStyle(category.replace("_", " "), DIM, "none")
 
 
-#: Source states (CONTRACT §3) → colour of the state word.
+#: Source states (CONTRACT §3) → colour of the state word; "crashed" is a finished source whose
+#: loop ended with an exception (`report.shown_state`).
 STATE_COLOURS: dict[str, str] = {"running": OK, "waiting": WARN, "stalled": f"bold {BAD}",
-                                 "gone": BAD}
+                                 "gone": BAD, "crashed": f"bold {BAD}"}
+
+# --------------------------------------------------------------------------- findings
+
+
+class SeverityStyle(NamedTuple):
+    glyph: str  # told apart without colour too (--no-color, NO_COLOR)
+    colour: str
+    word: str  # the findings list's heading word
+
+
+#: Each finding severity (CONTRACT §5) as the screen marks it; a test checks the key set is
+#: `document.SEVERITIES`.
+SEVERITY_STYLES: dict[Severity, SeverityStyle] = {
+    "critical": SeverityStyle("✖", BAD, "CRITICAL"),
+    "warning": SeverityStyle("▲", WARN, "WARNING"),
+    "info": SeverityStyle("●", ACCENT, "INFO"),
+}
+
+#: Each finding kind (CONTRACT §5) as the screen names it; the text report and the document keep
+#: the kind itself. A test checks the key set is `document.FINDING_KINDS`.
+FINDING_WORDS: dict[FindingKind, str] = {
+    "worker_hung": "worker hung",
+    "loop_hung": "loop hung",
+    "worker_died": "worker died",
+    "slow_worker": "slow worker",
+    "copy_on_read": "copy-on-read",
+    "memory_growth": "memory growth",
+    "duplicate_rng": "duplicate RNG",
+    "shm_low": "/dev/shm low",
+    "fd_low": "file descriptors low",
+    "threads_oversubscribed": "threads oversubscribed",
+    "epoch_start_slow": "slow epoch start",
+}
+
+#: The kinds whose finding carries a stack that the screen shows under the banner, the first of
+#: them in this order: a hung worker's stack says why the loop waits, so it goes first.
+HANG_KINDS: tuple[FindingKind, ...] = ("worker_hung", "loop_hung")
+
+
+def severity_style(severity: str) -> SeverityStyle:
+    return SEVERITY_STYLES.get(severity) or SeverityStyle("●", DIM, severity.upper())  # type: ignore[call-overload]
+
+
+def finding_words(kind: str) -> str:
+    return FINDING_WORDS.get(kind) or kind.replace("_", " ")  # type: ignore[call-overload]
+
+
+def worst(findings: Sequence[Finding]) -> Finding | None:
+    """The most severe of ``findings`` (the first of them on a tie), or None."""
+    ranked = [f for f in findings if f.severity in SEVERITIES]
+    return min(ranked, key=lambda f: SEVERITIES.index(f.severity), default=None)
+
 
 # --------------------------------------------------------------------------- where the time goes
 
@@ -205,6 +258,20 @@ def reading_the_screen() -> str:
         f"  no data    a source silent {STALE_AFTER_S:g} s is gone; disconnected after "
         f"{DISCONNECTED_AFTER_S:g} s",
         "  –          unknown on this machine (never a made-up 0)",
+    ])
+
+
+def findings_help() -> str:
+    """The findings' marks in their colours, and what a hang's stack shows (Textual markup; lines
+    of at most 76 characters)."""
+    marks = "  ".join(f"[{style.colour}]{style.glyph} {severity}[/]"
+                      for severity, style in SEVERITY_STYLES.items())
+    return "\n".join([
+        f"  {marks}",
+        "  one line each: what was found, the worker, why; the source's and the",
+        "  machine's. A hung worker or loop shows its Python stack as py-spy dump",
+        "  does: innermost frame first, ▶ your own code's innermost frame. The",
+        "  workers table marks a worker with a finding; the overview counts them.",
     ])
 
 

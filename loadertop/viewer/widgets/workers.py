@@ -5,10 +5,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import NamedTuple
 
-from loadertop.document import Source, WorkerFigures
+from loadertop.document import Finding, Source, WorkerFigures
 from loadertop.viewer.units import MISSING, fmt_bytes, fmt_float, fmt_ms
 from loadertop.viewer.widgets.tables import Cell, Column, LineTable, Row, cell
-from loadertop.viewer.widgets.theme import BAD, DIM, OK
+from loadertop.viewer.widgets.theme import BAD, DIM, OK, severity_style, worst
 
 
 def _none_low(value: float | None) -> tuple[int, float]:
@@ -33,7 +33,8 @@ WORKER_SORTS: dict[str, WorkerSort] = {
 
 class WorkersTable(LineTable):
     """Per worker: getting the items (fetch) and the collate_fn, each per batch in ms — together a
-    worker's whole time per batch — its CPU share while producing, CPU % and memory."""
+    worker's whole time per batch — its CPU share while producing, CPU % and memory. A worker with
+    a finding has its severity's mark by its id; a hung one says so, and for how long."""
 
     COLUMN_SETS = (
         ("id", "pid", "state", "batches", "fetch50", "fetch95", "collate50", "busy", "cpu", "rss"),
@@ -63,7 +64,9 @@ class WorkersTable(LineTable):
         sort = WORKER_SORTS[self.sort_by]
         descending = sort.descending != self.reverse
         workers = sorted(src.workers if src is not None else (), key=sort.key, reverse=descending)
-        self.set_rows([Row(str(w.id), self._cells(w)) for w in workers])
+        findings = src.findings if src is not None else ()
+        self.set_rows([Row(str(w.id), self._cells(w, [f for f in findings if f.worker == w.id]))
+                       for w in workers])
         dead = sum(1 for w in workers if w.alive is False)
         title = f"Workers ({len(workers)}" + (f", [{BAD}]{dead} dead[/]" if dead else "") + ")"
         if not workers and src is not None and src.config.num_workers == 0:
@@ -71,17 +74,22 @@ class WorkersTable(LineTable):
         self.set_title(f"{title} · sort {sort.label} {'▼' if descending else '▲'}")
 
     @staticmethod
-    def _cells(w: WorkerFigures) -> dict[str, Cell]:
+    def _cells(w: WorkerFigures, findings: list[Finding]) -> dict[str, Cell]:
+        hung = any(f.kind == "worker_hung" for f in findings)
         if w.alive is False:
             state = cell(f"dead, exit {MISSING if w.exitcode is None else w.exitcode}", f"bold {BAD}")
+        elif hung:
+            state = cell(f"hung {fmt_ms(w.busy_ms)}" if w.busy_ms is not None else "hung", f"bold {BAD}")
         elif w.alive is None:
             state = cell(MISSING, DIM)
         else:
             state = cell("alive", OK)
         fetch, collate = w.fetch_ms, w.collate_ms
         cpu = w.cpu_percent
+        top = worst(findings)
+        mark = severity_style(top.severity) if top is not None else None
         return {
-            "id": cell(str(w.id)),
+            "id": ((str(w.id), ""), (f" {mark.glyph}", f"bold {mark.colour}")) if mark else cell(str(w.id)),
             "pid": cell(MISSING if w.pid is None else str(w.pid)),
             "state": state,
             "batches": cell(str(w.batches)),

@@ -1,0 +1,108 @@
+"""Digests of the random states a worker starts with (read once per worker, never drawn from).
+
+torch 2.13's `_worker_loop` seeds `random`, torch and numpy's legacy global state differently in
+every worker (base seed + worker id), so those differ unless a `worker_init_fn` re-seeds them alike.
+What does not differ is a generator object the dataset made in `__init__` — `np.random.default_rng`,
+`np.random.RandomState`, `random.Random`, `torch.Generator` — copied into every worker by fork or
+pickle with the same state: every worker then draws the same "random" augmentations (seed §5.3).
+Reading a state (`bit_generator.state`, `get_state()`, `getstate()`) never advances it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import sys
+
+MAX_OBJECTS = 256  # attributes visited from the dataset (a bounded walk, once per worker)
+MAX_DEPTH = 3
+MAX_STATES = 32
+
+
+def _digest(value) -> str:
+    h = hashlib.blake2b(digest_size=8)
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        h.update(bytes(value))
+    else:
+        h.update(repr(value).encode())
+    return h.hexdigest()
+
+
+def _state_of(obj) -> tuple[str, str] | None:
+    """(kind, digest) when `obj` is a random generator we know, else None."""
+    import random
+
+    if isinstance(obj, random.Random):
+        return "random.Random", _digest(obj.getstate())
+    np = sys.modules.get("numpy")
+    if np is not None:
+        if isinstance(obj, np.random.Generator):
+            return "numpy Generator", _digest(obj.bit_generator.state)
+        if isinstance(obj, np.random.RandomState):
+            state = obj.get_state(legacy=False)
+            return "numpy RandomState", _digest((state["bit_generator"], state["state"]["key"].tobytes(),
+                                                 state["state"]["pos"]))
+    torch = sys.modules.get("torch")
+    if torch is not None and isinstance(obj, torch.Generator):
+        return "torch Generator", _digest(obj.get_state().numpy().tobytes())
+    return None
+
+
+def digests(dataset) -> dict[str, str]:
+    """State name -> digest: the process-wide states and the generators reachable from
+    `dataset`'s attributes (breadth first, bounded)."""
+    out: dict[str, str] = {}
+    try:
+        import random
+
+        out["random"] = _digest(random.getstate())
+        np = sys.modules.get("numpy")
+        if np is not None:
+            kind, key, pos, *_ = np.random.get_state()
+            out["numpy global"] = _digest((kind, key.tobytes(), pos))
+        torch = sys.modules.get("torch")
+        if torch is not None:
+            out["torch"] = _digest(torch.random.get_rng_state().numpy().tobytes())
+    except Exception:
+        pass
+    seen: set[int] = set()
+    queue: list[tuple[str, object, int]] = [("dataset", dataset, 0)]
+    visited = 0
+    while queue and visited < MAX_OBJECTS and len(out) < MAX_STATES:
+        name, obj, depth = queue.pop(0)
+        if id(obj) in seen:
+            continue
+        seen.add(id(obj))
+        visited += 1
+        try:
+            found = _state_of(obj)
+        except Exception:
+            found = None
+        if found is not None:
+            out[f"{name} ({found[0]})"[:256]] = found[1]
+            continue
+        if depth >= MAX_DEPTH:
+            continue
+        try:
+            attrs = vars(obj)
+        except TypeError:
+            attrs = None
+        if isinstance(attrs, dict):
+            for key, value in list(attrs.items())[:64]:
+                if _worth_visiting(value):
+                    queue.append((f"{name}.{key}", value, depth + 1))
+        elif isinstance(obj, (list, tuple)) and len(obj) <= 16:
+            for i, value in enumerate(obj):
+                if _worth_visiting(value):
+                    queue.append((f"{name}[{i}]", value, depth + 1))
+    return out
+
+
+def _worth_visiting(value) -> bool:
+    # Plain data (numbers, strings, arrays, tensors) holds no generator: skip it cheaply.
+    return not isinstance(value, (int, float, str, bytes, bool, type(None))) and \
+        type(value).__module__ not in ("numpy", "torch")  or _is_generator_type(value)
+
+
+def _is_generator_type(value) -> bool:
+    name = type(value).__name__
+    return name in ("Generator", "RandomState", "Random")
