@@ -214,7 +214,7 @@ def test_many_cpu_burning_workers_on_two_cores_are_cpu_saturated(verdicts):
     """Four CPU-burning workers and a busy main loop on 2 cores.
 
     Batches that arrived out of order (or still sit in a busy worker's send buffer) count as
-    ready, so `ready_when_waiting` is high here too; what tells this from main_process_bound is the
+    ready, so `ready_when_waiting` is often high here too; what tells this from main_process_bound is the
     loop's own thread, measured mostly off-CPU inside next() (blocked, or starved by the workers),
     or the measured split of the wait (most of it before the batch was produced). The probe
     samples the loop's CPU only while waits with batches ready are frequent, so a window may lack
@@ -225,7 +225,10 @@ def test_many_cpu_burning_workers_on_two_cores_are_cpu_saturated(verdicts):
         split = src["stages"]["wait_split"]
         blocked = loop_cpu is not None and loop_cpu < 0.25  # LOOP_CPU_MAIN_BOUND_MIN
         producing = split is not None and split["handoff"] < 0.5  # HANDOFF_MAIN_BOUND
-        assert blocked or producing, (loop_cpu, split, src["queue"])
+        # ... or, the split near its threshold, the queue samples that must agree with it
+        ready = src["queue"]["ready_when_waiting"]
+        not_piling_up = ready is not None and ready < 0.5  # READY_WHEN_WAITING_MAIN_BOUND
+        assert blocked or producing or not_piling_up, (loop_cpu, split, src["queue"])
         doc_cpu = verdicts["saturated"]["snaps"]["docs"][0]["system"]["cpu_percent"]
         assert doc_cpu is None or doc_cpu >= 85
 

@@ -203,7 +203,7 @@ stacks.WorkerWatchdog(sys.argv[1], batch)
 def stuck_in_c():
     # ctypes.PyDLL keeps the GIL during the call: no Python thread can run, the watchdog thread
     # included; only the C watchdog (faulthandler) can still write the stack.
-    ctypes.PyDLL(None).sleep(5)
+    ctypes.PyDLL(None).sleep(4)  # FAULT_AFTER_S (3 s) and a second
 
 stuck_in_c()
 print(time.time(), flush=True)  # the GIL is free again from here on

@@ -351,6 +351,8 @@ SIGNAL_CHILD = """
         signal.signal(signal.SIGTERM, on_term)
     elif mode == "count-int":
         signal.signal(signal.SIGINT, lambda s, f: got.append(s))
+    else:  # Python's own handler, even when started with SIGINT ignored (a shell's `cmd &`)
+        signal.signal(signal.SIGINT, signal.default_int_handler)
     open(os.path.join(tmp, "ready"), "w").close()
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
