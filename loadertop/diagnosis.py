@@ -301,8 +301,12 @@ def slow_worker(source: SourceFigures) -> SlowWorker | None:
     return SlowWorker(worker=slowest, batch_ms=slowest_ms, others_ms=median, ratio=ratio)
 
 
+def slow_ratio_text(slow: SlowWorker) -> str:
+    return f"{slow.ratio:.0f}×" if math.isfinite(slow.ratio) else "far more than"
+
+
 def slow_worker_line(slow: SlowWorker) -> str:
-    ratio = f"{slow.ratio:.0f}×" if math.isfinite(slow.ratio) else "far more than"
+    ratio = slow_ratio_text(slow)
     return (f"worker {slow.worker.id} takes {_ms(slow.batch_ms)} per batch, {ratio} the others' "
             f"{_ms(slow.others_ms)} (threshold {SLOW_WORKER_FACTOR:g}×)")
 

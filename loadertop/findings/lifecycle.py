@@ -181,7 +181,7 @@ def slow_worker(source: SourceFigures) -> list[Finding]:
     evidence = [diagnosis.slow_worker_line(slow),
                 f"the loop waits {diagnosis._pct(source.wait_fraction or 0.0)} of the time "
                 "(in-order delivery: every round waits for the slowest worker)"]
-    ratio = f"{slow.ratio:.0f}×" if slow.ratio != float("inf") else "far"
+    ratio = diagnosis.slow_ratio_text(slow).replace("far more than", "far")
     return [finding("slow_worker", "warning", source.id, w.id,
                     f"worker {w.id} is {ratio} slower per batch than the others and holds the "
                     "in-order queue back", evidence, [diagnosis.slow_worker_advice(slow)])]

@@ -31,8 +31,8 @@ PAIR_GIVE_UP_NS = 5_000_000_000  # a worker's stamp no receipt claimed (a broken
 PAIR_MAX_PENDING = 1 << 16
 # Hang forensics: past this long inside one next() (the loop) or one batch (a worker), each
 # report carries the thread's stack, re-read at most once per STACK_REFRESH_NS.
-STACK_AFTER_NS = 2_000_000_000
-STACK_REFRESH_NS = 1_000_000_000
+STACK_AFTER_NS = int(stacks.STACK_AFTER_S * 1e9)
+STACK_REFRESH_NS = int(stacks.WATCHDOG_S * 1e9)  # a worker's file is rewritten this often
 
 
 class EpochPairing:

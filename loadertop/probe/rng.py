@@ -97,12 +97,14 @@ def digests(dataset) -> dict[str, str]:
     return out
 
 
+_PLAIN = (int, float, str, bytes, bool, type(None))
+
+
 def _worth_visiting(value) -> bool:
-    # Plain data (numbers, strings, arrays, tensors) holds no generator: skip it cheaply.
-    return not isinstance(value, (int, float, str, bytes, bool, type(None))) and \
-        type(value).__module__ not in ("numpy", "torch")  or _is_generator_type(value)
-
-
-def _is_generator_type(value) -> bool:
-    name = type(value).__name__
-    return name in ("Generator", "RandomState", "Random")
+    """Plain data (numbers, strings, numpy arrays, tensors) holds no generator: skipped cheaply.
+    `torch.Generator` lives in module "torch" too, so generator types are let through by name."""
+    if isinstance(value, _PLAIN):
+        return False
+    kind = type(value)
+    return kind.__module__ not in ("numpy", "torch") or kind.__name__ in ("Generator",
+                                                                         "RandomState")

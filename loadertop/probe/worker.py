@@ -49,22 +49,11 @@ class _Sender:
     def send(self, fetch_ns: int, cpu_ns: int, collate_ns: int = 0, done_ns: int = 0,
              generation: int = 0, seq: int = 0, ended: bool = False,
              tensors: int | None = None, tensor_bytes: int | None = None) -> None:
-        sock = self.socket if self.pid == os.getpid() else None
-        try:
-            if sock is None:
-                sock = self._connect()
-            import zmq
-
-            sock.send(
-                wire.encode_sample(
-                    wire.WorkerSample(self.source, self.worker_id, self.pid, fetch_ns, cpu_ns,
-                                      self.dropped, collate_ns, done_ns, generation, seq, ended,
-                                      tensors, tensor_bytes)
-                ),
-                zmq.NOBLOCK,
-            )
-        except Exception:  # zmq.Again at HWM, or no transport at all: count, never raise
-            self.dropped += 1
+        if self.pid != os.getpid() and not self._connected():
+            return
+        self._send(wire.WorkerSample(self.source, self.worker_id, self.pid, fetch_ns, cpu_ns,
+                                     self.dropped, collate_ns, done_ns, generation, seq, ended,
+                                     tensors, tensor_bytes))
 
     def send_start(self, dataset) -> None:
         """Once per worker process, before its first batch (after the user's worker_init_fn):
@@ -75,15 +64,24 @@ class _Sender:
             digests = rng.digests(dataset)
         except Exception:
             digests = {}
-        sock = self.socket if self.pid == os.getpid() else None
+        if self.pid != os.getpid() and not self._connected():
+            return
+        self._send(wire.WorkerStart(self.source, self.worker_id, self.pid, digests))
+
+    def _connected(self) -> bool:
         try:
-            if sock is None:
-                sock = self._connect()
+            self._connect()
+            return True
+        except Exception:  # no transport at all: count, never raise
+            self.dropped += 1
+            return False
+
+    def _send(self, msg: wire.WorkerMessage) -> None:
+        try:
             import zmq
 
-            sock.send(wire.encode_sample(wire.WorkerStart(self.source, self.worker_id, self.pid,
-                                                          digests)), zmq.NOBLOCK)
-        except Exception:
+            self.socket.send(wire.encode_sample(msg), zmq.NOBLOCK)
+        except Exception:  # zmq.Again at HWM: count, never raise
             self.dropped += 1
 
 
