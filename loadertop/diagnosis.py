@@ -44,6 +44,7 @@ from loadertop.document import (
     Category,
     GpuFigures,
     OverallVerdict,
+    SettingFigures,
     SourceFigures,
     StackFigures,
     Stats,
@@ -152,13 +153,23 @@ IOWAIT_HIGH_PERCENT = 10.0
 # Disk reads at or above this are worth naming in the evidence.
 DISK_READ_NOTABLE_BYTES_PER_S = 1024.0 * 1024.0
 
-# Workers that wait on I/O are not capped by cores, but each one costs memory and start-up time.
+# Workers are never advised beyond this many per core available: a worker that waits on I/O needs
+# no core, but each one costs memory and start-up time.
 IO_WORKERS_PER_CORE_MAX = 4
-# The main process needs a core of its own: CPU-bound workers are capped at cores_available - 1.
-MAIN_PROCESS_CORES = 1
-# A step shorter than this is "no step at all" (a loop that only iterates the loader): a worker
-# count from fetch / step would be meaningless, so advice goes to the cap.
-STEP_MS_NEGLIGIBLE = 0.5
+# A worker count is advised only when the model of the loop (see `_WorkerPlan`) predicts at least
+# this gain over the current count: below it, a measurement's noise and each worker's memory win.
+WORKER_GAIN_MIN = 0.10
+# The count advised is the smallest whose predicted throughput is within this of the best count's.
+NEAR_BEST = 0.05
+# An earlier setting of the same loader with fewer workers that gave throughput within this of
+# the current one shows that the extra workers did not help.
+MORE_WORKERS_GAIN_MIN = 0.10
+# Fetch per batch this many times the earlier setting's, with more workers now: they queue.
+FETCH_ROSE_FACTOR = 1.3
+# The training process using this much CPU (in cores) is named as what limits the workers' CPU.
+MAIN_BUSY_CORES = 0.5
+# Disk reads at this share of the highest rate seen in the run: the disk may be at its limit.
+DISK_NEAR_PEAK_SHARE = 0.8
 # Many small batches: each costs ~0.5-0.8 ms to receive in the main process (FIELD-NOTES), so from
 # 200 batches/s on that overhead alone is >= 10 % of wall time.
 TINY_BATCHES_PER_S = 200.0
@@ -532,7 +543,15 @@ def _bytes(value: float) -> str:
 
 
 def _cores(value: float) -> str:
-    return f"{_fmt(value)} core" + ("" if value == 1 else "s")
+    text = _fmt(value)
+    return f"{text} core" + ("" if text == "1" else "s")
+
+
+def _core_share(value: float) -> str:
+    """A fraction of a core with the digits it needs: 0.06, 0.9, 1.9, 12."""
+    if value < 1:
+        return f"{value:.2f}".rstrip("0").rstrip(".") or "0"
+    return _fmt(value)
 
 
 def _workers(count: int) -> str:
@@ -838,8 +857,9 @@ def _input_bound_verdict(facts: _Facts, wait_line: str, previous: Category | Non
         advice = _main_process_advice(facts)
         if saturation is not None:
             evidence += saturation[0]
-            advice.append("the CPU is saturated too: the workers compete with the main process; "
-                          + _fewer_workers_text(facts))
+            fewer = _fewer_workers_text(facts)
+            advice.append("the CPU is saturated too: the workers compete with the main process"
+                          + ("" if fewer == "more workers will not help" else f"; {fewer}"))
         return _verdict(MAIN_PROCESS_BOUND,
                         f"{waits} although batches are ready: the main process is the limit",
                         evidence + gpu_lines, advice)
@@ -1037,9 +1057,10 @@ def _cpu_saturation(facts: _Facts, previous: Category | None) -> tuple[list[str]
 def _fewer_workers_text(facts: _Facts) -> str:
     workers = facts.worker_count
     if facts.cores is not None and workers > facts.cores:
-        target = max(1, math.floor(facts.cores) - MAIN_PROCESS_CORES)
+        budget = _cpu_budget(facts)
+        target = max(1, math.floor(budget.for_workers + 0.5))  # a worker per core left
         return (f"num_workers={workers} exceeds the {_cores(facts.cores)} available: "
-                f"try num_workers={target}")
+                f"try num_workers={target} ({budget.text()})")
     return "more workers will not help"
 
 
@@ -1087,87 +1108,326 @@ def _ceil(ratio: float) -> int:
 
 
 @dataclass(frozen=True)
-class _Cap:
-    """The most workers worth advising, and why (said in the advice whenever it limits)."""
+class _CpuBudget:
+    """The CPU this loader's workers can have, from measurement (issue 15): the cores available to
+    the job, less what the training process uses (every thread of it: the loop, pin_memory's, the
+    probe's) and what other processes use of the same cores. Other processes count only beyond
+    the cores the job may not use anyway (a cgroup quota of 2 on a busy 64-core machine leaves
+    the 2 free)."""
 
-    workers: int
-    why: str
+    cores: float
+    main_cores: float
+    main_measured: bool  # False: the loop's step time counted as CPU (an older probe)
+    others: float | None  # None: the machine's CPU is not known
+    worker_cpu_ms: float | None  # CPU per batch in a worker (items and collate)
+    main_cpu_ms: float | None  # the training process's CPU per batch (receiving, the step, ...)
+
+    @property
+    def for_workers(self) -> float:
+        return max(0.0, self.cores - self.main_cores - (self.others or 0.0))
+
+    def max_batches_per_s(self) -> float | None:
+        """The most batches a second the CPU can give: every batch costs its worker's CPU and the
+        main process's, and together they have the cores less the other processes'."""
+        per_batch = (self.worker_cpu_ms or 0.0) + (self.main_cpu_ms or 0.0)
+        if per_batch <= 0:
+            return None
+        return max(0.0, self.cores - (self.others or 0.0)) * 1000.0 / per_batch
+
+    def text(self) -> str:
+        main = "the training process" if self.main_measured else \
+            "the training process (not measured: its step counted as CPU)"
+        parts = [_cores(self.cores), f"{_core_share(self.main_cores)} {main}"]
+        if self.others is None:
+            parts.append("other processes unknown")
+        elif self.others > 0:
+            parts.append(f"{_core_share(self.others)} other processes")
+        return f"CPU for workers: {' − '.join(parts)} = {_cores(self.for_workers)}"
 
 
-def _worker_count_advice(facts: _Facts, cap: _Cap | None, kind: str) -> list[str]:
-    """Advice with a worker count from fetch / step, capped (cap None: cores unknown)."""
+def _cpu_budget(facts: _Facts) -> _CpuBudget:
+    """The measured budget (cores must be known)."""
+    assert facts.cores is not None
+    sysd, source = facts.system, facts.source
+    rate = _finite(source.batches_per_s)
+    fetch_mean = facts.fetch_ms("mean")
+    fraction, _ = facts.cpu_fraction()
+    worker_cpu_ms = _finite(max(0.0, fetch_mean * fraction)) \
+        if fetch_mean is not None and fraction is not None else None
+    rate = rate if rate is not None and rate > 0 else None
+    process_cores = _finite(source.process.cpu_cores)
+    measured = process_cores is not None
+    if process_cores is None:
+        step = _stat(source.step_ms, "mean")
+        process_cores = min(1.0, step * rate / 1000.0) if step is not None and rate else 0.0
+    process_cores = max(0.0, process_cores)
+    main_cores = process_cores
+    if not facts.uses_workers and worker_cpu_ms is not None and rate:
+        # With num_workers=0 the training process does the fetching itself: that CPU would move
+        # to the workers, so it is not the main process's own.
+        main_cores = max(0.0, main_cores - worker_cpu_ms * rate / 1000.0)
+    main_cpu_ms = main_cores * 1000.0 / rate if rate else None
+    others = None
+    busy, count = _finite(sysd.cpu_percent), facts.cpu_count
+    workers = facts.worker_cores_busy()
+    if busy is not None and count and (workers is not None or not facts.uses_workers):
+        others = max(0.0, busy / 100.0 * count - process_cores - (workers or 0.0))
+        others = max(0.0, others - (count - facts.cores))  # the cores we may not use go first
+        others = others if others >= 0.05 else 0.0  # readings a second apart: below is noise
+    return _CpuBudget(cores=facts.cores, main_cores=main_cores, main_measured=measured,
+                      others=others, worker_cpu_ms=worker_cpu_ms, main_cpu_ms=main_cpu_ms)
+
+
+@dataclass(frozen=True)
+class _WorkerPlan:
+    """A worker count from a model of the loop, and what it rests on.
+
+    With n workers, each taking `fetch_ms` a batch, the loop gets at most n / fetch batches a
+    second; it cannot go faster than its own step; and the CPU caps it at `max_batches_per_s` of
+    the budget. The count advised is the smallest within NEAR_BEST of the best the model predicts
+    up to the limit (IO_WORKERS_PER_CORE_MAX per core), and only when it predicts WORKER_GAIN_MIN
+    over the current count. For I/O the model assumes the storage serves n reads at once, which
+    only an experiment (`loadertop tune`) can show.
+    """
+
+    count: int | None  # the count to try; None: more workers are not predicted to help
+    now: int
+    predicted: float  # batches/s with `count` (or with `now` when count is None)
+    predicted_now: float
+    bound: str  # what limits the prediction: "workers", "step", "cpu"
+    fetch_ms: float
+    step_ms: float
+    limit: int | None
+    budget: _CpuBudget | None
+
+    def rate_text(self, rate_now: float | None) -> str:
+        now = f", now {_fmt(rate_now)}" if rate_now is not None else ""
+        return f"up to ~{_fmt(self.predicted)} batches/s{now}"
+
+    def basis(self) -> str:
+        where = "per worker" if self.now else "in the main process"
+        return f"fetch {_ms(self.fetch_ms)} a batch {where}, step {_ms(self.step_ms)}"
+
+
+def _worker_plan(facts: _Facts, kind: str) -> _WorkerPlan | None:
+    """None when fetch or step time is unknown."""
+    fetch, step = facts.fetch_ms("mean"), _stat(facts.source.step_ms, "mean")
+    if fetch is None or step is None or fetch <= 0:
+        return None
+    budget = _cpu_budget(facts) if facts.cores is not None else None
+    limit = max(1, math.floor(min(IO_WORKERS_PER_CORE_MAX * facts.cores, _FLOAT_MAX))) \
+        if facts.cores is not None else None
+    cpu_max = budget.max_batches_per_s() if budget is not None else None
+    step_max = 1000.0 / max(step, 1e-3)
+
+    def predicted(n: int) -> tuple[float, str]:
+        options = [(n * 1000.0 / fetch, "workers"), (step_max, "step")]
+        if cpu_max is not None:
+            options.append((cpu_max, "cpu"))
+        return min(options)
+
+    now = facts.worker_count
+    if now == 0:
+        rate = _finite(facts.source.batches_per_s)
+        predicted_now, bound_now = (rate, "workers") if rate is not None else (0.0, "workers")
+    else:
+        predicted_now, bound_now = predicted(now)
+    top = limit if limit is not None else max(now + 1, _ceil(fetch / max(step, 1e-3)))
+    best, _ = predicted(top)
+    # predicted(n) = min(n * 1000 / fetch, a ceiling) grows with n: the smallest n near the best
+    # in closed form (no loop over counts a hostile figure could make astronomical).
+    count = min(top, _ceil((1.0 - NEAR_BEST) * best * fetch / 1000.0))
+    rate, bound = predicted(count)
+    if count <= now or rate < (1.0 + WORKER_GAIN_MIN) * predicted_now:
+        return _WorkerPlan(count=None, now=now, predicted=predicted_now, predicted_now=predicted_now,
+                           bound=predicted(now + 1)[1] if now else bound_now, fetch_ms=fetch,
+                           step_ms=step, limit=limit, budget=budget)
+    return _WorkerPlan(count=count, now=now, predicted=rate, predicted_now=predicted_now,
+                       bound=bound, fetch_ms=fetch, step_ms=step, limit=limit, budget=budget)
+
+
+@dataclass(frozen=True)
+class _MoreDidNotHelp:
+    earlier: SettingFigures
+    gain: float  # the current throughput over the earlier one's, less 1
+    fetch_rose: float | None  # the current fetch per batch over the earlier one's
+
+
+def _more_did_not_help(facts: _Facts) -> _MoreDidNotHelp | None:
+    """An earlier setting of this loader, with fewer workers, that gave (about) as much: the
+    measured proof that the extra workers do not help (issue 15)."""
+    now_rate = _finite(facts.source.batches_per_s)
     workers = facts.worker_count
-    fetch, fetch_tail, step = facts.fetch_ms("p50"), facts.fetch_ms("p95"), facts.step_ms
+    if now_rate is None or workers == 0:
+        return None
+    batch_size = facts.source.config.batch_size
+    fewer = [s for s in facts.source.earlier_settings
+             if s.num_workers < workers and s.batch_size == batch_size and s.batches_per_s > 0]
+    if not fewer:
+        return None
+    best = max(fewer, key=lambda s: (s.batches_per_s, -s.num_workers))
+    gain = now_rate / best.batches_per_s - 1.0
+    if gain >= MORE_WORKERS_GAIN_MIN:
+        return None
+    fetch = facts.fetch_ms("mean")
+    rose = fetch / best.fetch_ms if fetch is not None and best.fetch_ms else None
+    return _MoreDidNotHelp(earlier=best, gain=gain, fetch_rose=rose)
+
+
+def _rate_text(rate: float, batch_size: int | None) -> str:
+    if batch_size:
+        return f"{_fmt(rate * batch_size)} samples/s"
+    return f"{_fmt(rate)} batches/s"
+
+
+def _more_did_not_help_advice(facts: _Facts, seen: _MoreDidNotHelp, kind: str) -> list[str]:
+    earlier, batch_size = seen.earlier, facts.source.config.batch_size
+    now_rate = _finite(facts.source.batches_per_s) or 0.0
+    sign = "+" if seen.gain >= 0 else "−"
+    advice = [f"num_workers={earlier.num_workers} gave as much: "
+              f"{_rate_text(earlier.batches_per_s, batch_size)} with "
+              f"{_workers(earlier.num_workers)} earlier in this run, "
+              f"{_rate_text(now_rate, batch_size)} now with {_workers(facts.worker_count)} "
+              f"({sign}{_pct(abs(seen.gain))}): more workers do not help here"]
+    if seen.fetch_rose is not None and seen.fetch_rose >= FETCH_ROSE_FACTOR and \
+            earlier.fetch_ms is not None:
+        fraction, _ = facts.cpu_fraction()
+        cpu = f" while the workers' CPU share stayed at {fraction:.2f}" \
+            if fraction is not None and fraction < IO_CPU_FRACTION else ""
+        queue = ("they queue for the storage (or the service): it serves fewer reads at once"
+                 if kind == "io" else "they queue for the CPU")
+        advice.append(f"a batch took {_ms(earlier.fetch_ms)} with "
+                      f"{_workers(earlier.num_workers)} and takes {_ms(facts.fetch_ms('mean') or 0)}"
+                      f" now{cpu}: {queue}")
+    advice.append(_TUNE_TEXT)
+    return advice
+
+
+_TUNE_TEXT = ("`loadertop tune -- COMMAND` runs the program with one worker count after another "
+              "and finds the knee")
+
+
+def _io_saturation_signs(facts: _Facts) -> list[str]:
+    """The measured signs that the storage may already give all it has."""
+    sysd = facts.system
+    signs = []
+    iowait = _finite(sysd.iowait_percent)
+    if iowait is not None and iowait >= IOWAIT_HIGH_PERCENT:
+        signs.append(f"iowait is {_pct_value(iowait)}")
+    rate, peak = _finite(sysd.disk_read_bytes_per_s), _finite(sysd.disk_read_peak_bytes_per_s)
+    if rate is not None and peak is not None and peak >= DISK_READ_NOTABLE_BYTES_PER_S \
+            and rate >= DISK_NEAR_PEAK_SHARE * peak:
+        signs.append(f"disk reads run at {_bytes(rate)}/s, {_pct(rate / peak)} of the most seen "
+                     f"in this run ({_bytes(peak)}/s)")
+    return signs
+
+
+def _worker_count_advice(facts: _Facts, kind: str) -> list[str]:
+    """One recommendation first (a count, or why more workers will not help), then its reason and
+    the alternatives."""
+    workers = facts.worker_count
     if kind == "io":
         cheaper = ("cache the data (local disk, RAM, page cache) or store it in a faster format "
                    "(fewer, larger files: WebDataset shards, LMDB, memory-mapped arrays)")
     else:
         cheaper = "make transforms cheaper (or move them to the GPU, or pre-process offline)"
+    seen = _more_did_not_help(facts)
+    if seen is not None:
+        return [*_more_did_not_help_advice(facts, seen, kind), cheaper]
 
-    def capped(needed: int) -> tuple[int, str]:
-        """The count to advise and, when the cap cut it, the words saying so."""
-        if cap is not None and needed > cap.workers:
-            return cap.workers, f"; capped at {cap.workers}: {cap.why}"
-        return needed, ""
-
+    plan = _worker_plan(facts, kind)
+    rate_now = _finite(facts.source.batches_per_s)
     advice: list[str] = []
-    if fetch is None or step is None:
-        target, capped_text = capped(max(2 * workers, workers + 1))
+    if plan is None:
+        limit = max(1, math.floor(min(IO_WORKERS_PER_CORE_MAX * facts.cores, _FLOAT_MAX))) \
+            if facts.cores is not None else None
+        target = max(2 * workers, workers + 1)
+        if limit is not None:
+            target = min(target, limit)
         if target > workers:
-            advice.append(f"try num_workers={target} (fetch or step time unknown: doubling"
-                          f"{capped_text})")
-        return advice
-    if step < STEP_MS_NEGLIGIBLE:
-        if cap is not None and cap.workers > workers:
-            advice.append(f"try num_workers={cap.workers}: the loop's own step is only {_ms(step)}, "
-                          f"so throughput grows with workers up to the cap ({cap.why})")
-        else:
-            advice.append(f"the loop's own step is only {_ms(step)}: {cheaper}")
+            advice.append(f"try num_workers={target} (fetch or step time unknown: doubling)")
+        advice.append(cheaper)
         return advice
 
-    needed = _ceil(fetch / step)
-    basis = f"fetch {_ms(fetch)} per batch / step {_ms(step)} = {_workers(needed)}"
-    if needed <= workers and fetch_tail is not None:
-        tail_needed = _ceil(fetch_tail / step)
-        if tail_needed > workers:
-            needed = tail_needed
-            basis = f"fetch p95 {_ms(fetch_tail)} per batch / step {_ms(step)} = {_workers(needed)}"
-    if workers == 0:
-        target, capped_text = capped(needed)
-        advice.append(f"use workers at all: try num_workers={target} (the main process fetches each "
-                      f"batch itself: {basis}{capped_text})")
-    elif needed > workers:
-        target, capped_text = capped(needed)
-        if target > workers:
-            advice.append(f"try num_workers={target} ({basis}{capped_text})")
+    budget = plan.budget
+    if plan.count is not None:
+        count = plan.count
+        lead = f"try num_workers={count}" if workers else \
+            f"use workers at all: try num_workers={count}"
+        if kind == "io":
+            lead += f", if the storage serves {count} read{'' if count == 1 else 's'} at once"
+        reason = [plan.basis()]
+        if budget is not None and (plan.bound == "cpu" or budget.main_cores >= MAIN_BUSY_CORES):
+            reason.append(budget.text())
+        if plan.limit is not None and count == plan.limit and plan.bound == "workers":
+            reason.append(f"at most {IO_WORKERS_PER_CORE_MAX} per core on "
+                          f"{_cores(facts.cores or 0)}")
+        advice.append(f"{lead}: {plan.rate_text(rate_now)} ({'; '.join(reason)})")
+        if kind == "io":
+            signs = _io_saturation_signs(facts)
+            if signs:
+                advice.append(f"the storage may already be near its limit ({', '.join(signs)}): "
+                              "more workers would then only queue")
+            advice.append("the live view cannot tell how many reads the storage serves at once: "
+                          + _TUNE_TEXT)
+            advice.append(cheaper)
+            advice.append("workers waiting on I/O need no core, but each one costs memory")
         else:
-            advice.append(f"no free cores for more workers ({basis}{capped_text})")
-    else:
-        prefetch = facts.source.config.prefetch_factor or 2
-        advice.append(f"{_workers(workers)} keep{'s' if workers == 1 else ''} up on average "
-                      f"({basis}): the waits come in bursts; try prefetch_factor={prefetch * 2}")
-    if cap is not None and needed > cap.workers:
-        advice.append(f"even {_workers(cap.workers)} cannot keep up ({needed} needed): {cheaper}")
-    elif kind == "io":
+            advice.append(cheaper)
+        if facts.cores is None:
+            advice.append("core count unknown: the worker count is not capped")
+        return advice
+
+    # More workers are not predicted to help: say what limits.
+    if plan.bound == "cpu" and budget is not None:
+        cpu_max = budget.max_batches_per_s() or 0.0
+        per_batch = [f"{_ms(budget.worker_cpu_ms)} in a worker"] if budget.worker_cpu_ms else []
+        if budget.main_cpu_ms:
+            per_batch.append(f"{_ms(budget.main_cpu_ms)} in the training process")
+        advice.append(f"no CPU left for more workers: {budget.text()}; a batch costs "
+                      f"{' + '.join(per_batch) or 'its CPU'} of CPU, so at most "
+                      f"~{_fmt(cpu_max)} batches/s" + (f" (now {_fmt(rate_now)})" if rate_now else ""))
+        if budget.main_cores >= MAIN_BUSY_CORES and budget.main_measured:
+            share = _core_share(budget.main_cores)
+            advice.append(f"the training process itself uses {share} "
+                          f"core{'' if share == '1' else 's'}: what it "
+                          "does besides waiting (the step, logging, pin_memory) takes CPU the "
+                          "workers need")
         advice.append(cheaper)
-    if cap is None:
-        advice.append("core count unknown: the worker count is not capped")
+        return advice
+    if plan.limit is not None and workers >= plan.limit:
+        advice.append(f"{_workers(workers)} is already {IO_WORKERS_PER_CORE_MAX} per core on "
+                      f"{_cores(facts.cores or 0)}: {cheaper}")
+        return advice
+    prefetch = facts.source.config.prefetch_factor or 2
+    advice.append(f"{_workers(workers)} keep{'s' if workers == 1 else ''} up on average "
+                  f"({plan.basis()}): the waits come in bursts; try prefetch_factor={prefetch * 2}")
+    advice.append(cheaper)
     return advice
 
 
 def _io_advice(facts: _Facts) -> list[str]:
-    cap = None
-    if facts.cores is not None:
-        cap = _Cap(max(1, math.floor(min(IO_WORKERS_PER_CORE_MAX * facts.cores, _FLOAT_MAX))),
-                   f"{IO_WORKERS_PER_CORE_MAX} per core on {_cores(facts.cores)}")
-    advice = _worker_count_advice(facts, cap, "io")
-    advice.append("workers waiting on I/O are not limited by cores, but each one costs memory")
-    return advice
+    return _worker_count_advice(facts, "io")
 
 
 def _cpu_advice(facts: _Facts) -> list[str]:
-    cap = None
-    if facts.cores is not None:
-        cap = _Cap(max(1, math.floor(facts.cores) - MAIN_PROCESS_CORES),
-                   f"{_cores(facts.cores)} available, {MAIN_PROCESS_CORES} kept for the main process")
-    return _worker_count_advice(facts, cap, "cpu")
+    return _worker_count_advice(facts, "cpu")
+
+
+def advised_num_workers(source: SourceFigures, system: SystemFigures | None) -> int | None:
+    """The worker count the live advice would have the user try for `source`, or None when it
+    advises none (the loader is not input-bound, more workers are not predicted to help, or
+    fetch and step times are unknown). For `loadertop tune`'s first trial."""
+    verdict = diagnose(source, system)
+    facts = _Facts.read(source, system)
+    if verdict.category == CPU_SATURATED and facts.cores is not None \
+            and facts.worker_count > facts.cores:
+        return max(1, math.floor(_cpu_budget(facts).for_workers + 0.5))
+    if verdict.category not in (INPUT_BOUND_IO, INPUT_BOUND_CPU):
+        return None
+    if facts.uses_workers and slow_worker(source) is not None:
+        return None
+    if _more_did_not_help(facts) is not None:
+        return None
+    plan = _worker_plan(facts, "io" if verdict.category == INPUT_BOUND_IO else "cpu")
+    return plan.count if plan is not None else None

@@ -149,6 +149,28 @@ class ProcessFigures(_Figures, frozen=True, kw_only=True):
     rss_trend: MemoryTrend | None = None
     uss_trend: MemoryTrend | None = None
     age_s: NonNegative | None = None  # since the readings were taken
+    # From every report, over the window (not slow readings): the CPU the training process used,
+    # in cores (every thread: the loop, pin_memory's, the probe's; its workers are not counted),
+    # and the share of it that the thread iterating this loader used.
+    cpu_cores: NonNegative | None = None
+    loop_cpu_cores: NonNegative | None = None
+
+
+class SettingFigures(_Figures, frozen=True, kw_only=True):
+    """An earlier setting of this loader in this run: the program re-created it with another
+    `num_workers` or `batch_size`. Its latest stretch (up to 30 s, start-up excluded), as sums."""
+
+    num_workers: Count
+    batch_size: Count | None
+    seconds: NonNegative  # the time measured
+    batches: Count
+    batches_per_s: NonNegative
+    samples_per_s: NonNegative | None
+    fetch_ms: NonNegative | None  # mean per batch, items and collate (with 0 workers: the wait)
+    cpu_fraction: Fraction | None  # the workers' CPU time / wall time while producing batches
+    wait_fraction: Fraction
+    workers_rss_bytes: Count | None  # the workers' RSS, summed, at the end of the stretch
+    ended_at: NonNegative  # Unix time (when the viewer received its last report)
 
 
 class EndFigures(_Figures, frozen=True, kw_only=True):
@@ -281,6 +303,7 @@ class SourceFigures(_Figures, frozen=True, kw_only=True):
     end: EndFigures | None = None  # None while the loop runs without error
     epoch_starts_ms: tuple[Milliseconds, ...] = ()  # recent epochs' first-batch latency
     rng: RngFigures = msgspec.field(default_factory=RngFigures)
+    earlier_settings: tuple[SettingFigures, ...] = ()  # oldest first; the current one is not listed
 
 
 class Source(SourceFigures, frozen=True, kw_only=True):
@@ -347,6 +370,9 @@ class SystemFigures(_Figures, frozen=True, kw_only=True):
     gpus: tuple[GpuFigures, ...]
     age_s: NonNegative  # since the viewer received it
     shm: ShmFigures | None = None
+    # The highest disk read rate of this machine's reports since the viewer began receiving them
+    # (1 s readings): a rate near it says the storage may be giving all it has.
+    disk_read_peak_bytes_per_s: NonNegative | None = None
 
 
 class RankFigures(_Figures, frozen=True, kw_only=True):

@@ -214,6 +214,10 @@ class LoaderReport(msgspec.Struct, frozen=True, tag="loader"):
     epoch_starts_ms: Annotated[list[Annotated[float, Meta(ge=0)]], Meta(max_length=64)] = []
     rng_checked: Count = 0  # workers of this epoch whose starting random state was read
     rng_shared: Annotated[list[RngShare], Meta(max_length=64)] = []
+    # CPU time over this report's interval (None where it could not be read): the whole training
+    # process (every thread, its workers not included) and the thread that iterates this loader.
+    process_cpu_ns: Count | None = None
+    loop_cpu_ns: Count | None = None
 
 
 class GpuProcess(msgspec.Struct, frozen=True):

@@ -20,6 +20,7 @@ import time
 from pathlib import Path
 
 import msgspec
+import psutil
 import pytest
 
 from loadertop.document import Document, Source, Stats, SystemFigures, decode_json
@@ -257,6 +258,52 @@ def workload():
 # --------------------------------------------------------------------------- the viewer side
 def loadertop_cmd(*args: str) -> list[str]:
     return [sys.executable, "-m", "loadertop", *args]
+
+
+class CpuMeter:
+    """Busy cores of the whole machine vs. of our own processes (the workloads, their workers,
+    the snapshot viewers, this test) over an interval, from psutil's counters."""
+
+    def __init__(self) -> None:
+        self.t0 = time.monotonic()
+        self.busy0 = self._busy()
+        self.ours0: dict[int, float] = {}
+
+    @staticmethod
+    def _busy() -> float:
+        t = psutil.cpu_times()
+        return sum(t) - t.idle - getattr(t, "iowait", 0.0) - getattr(t, "guest", 0.0) \
+            - getattr(t, "guest_nice", 0.0)
+
+    @staticmethod
+    def _tree(pids) -> dict[int, float]:
+        out = {}
+        for pid in pids:
+            try:
+                root = psutil.Process(pid)
+                procs = [root] + root.children(recursive=True)
+            except psutil.Error:
+                continue
+            for p in procs:
+                try:
+                    t = p.cpu_times()
+                    out[p.pid] = t.user + t.system
+                except psutil.Error:
+                    pass
+        return out
+
+    def start(self, pids) -> None:
+        self.t0 = time.monotonic()
+        self.busy0 = self._busy()
+        self.ours0 = self._tree(pids)
+
+    def stop(self, pids) -> dict:
+        wall = time.monotonic() - self.t0
+        busy = (self._busy() - self.busy0) / wall
+        now = self._tree(pids)
+        ours = sum(v - self.ours0.get(pid, 0.0) for pid, v in now.items()) / wall
+        return {"busy_cores": round(busy, 2), "our_cores": round(ours, 2),
+                "foreign_cores": round(max(0.0, busy - ours), 2)}
 
 
 class SnapshotRun:

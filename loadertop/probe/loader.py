@@ -236,7 +236,9 @@ def instrument(loader, *, name: str | None = None, endpoint: str | None = None):
         return loader  # already instrumented: never measure twice
     try:
         publisher = get_publisher(endpoint)
-        record = publisher.register(loader, publisher.unique_name(name))
+        record = publisher.reuse_named(loader, name) if name is not None else None
+        if record is None:
+            record = publisher.register(loader, publisher.unique_name(name))
     except Exception as exc:  # never let observing break training
         warn_once(f"instrumentation disabled: {exc!r}")
         return loader

@@ -28,6 +28,7 @@ import socket
 import sys
 import threading
 import time
+import weakref
 
 import psutil
 
@@ -99,6 +100,7 @@ class Publisher:
             self.command = " ".join(sys.argv)[:wire.MAX_TEXT]
         self.records: list[LoaderRecord] = []
         self._names: set[str] = set()
+        self._by_name: dict[str, LoaderRecord] = {}  # the latest record given each name
         self._records_lock = threading.Lock()
         self.directory = discovery.discovery_dir()
         # Given: instrument(endpoint=) or LOADERTOP_ENDPOINT, checked when the publisher starts.
@@ -138,8 +140,22 @@ class Publisher:
         )
         with self._records_lock:
             self.records.append(record)
+            self._by_name[name] = record
         self._start()
         record.stack_dir = self.stack_dir
+        return record
+
+    def reuse_named(self, loader, name: str) -> LoaderRecord | None:
+        """The record of a loader named `name` that has died (garbage-collected, no iterator
+        left), handed to `loader`: a loader re-created each epoch (or with another num_workers)
+        under the same name stays one source, whose earlier settings the viewer keeps — as
+        `run` does for a loader re-created at the same call site. None when there is none."""
+        with self._records_lock:
+            record = self._by_name.get(name)
+        if record is None or record.alive():
+            return None
+        record._loader_ref = weakref.ref(loader)
+        self.ensure_registered(record)
         return record
 
     def ensure_registered(self, record: LoaderRecord) -> None:

@@ -118,6 +118,9 @@ class LoaderRecord:
         self._worker_procs: list = []
         self.retired_since: float | None = None  # set by the publisher while the loader is dead
         self._loop_cpu_clock: int | None = None  # CPU clock of the thread that iterates
+        # (process CPU ns, loop clock id, loop CPU ns) at the last report: the next report's
+        # process_cpu_ns and loop_cpu_ns are the differences.
+        self._cpu_mark: tuple[int, int | None, int | None] = (time.process_time_ns(), None, None)
         self._waiting_mark: tuple[int, int, int] | None = None  # (t0 of next(), wall, cpu)
         # --- stage pairing (publisher thread) ---
         self._generation = 0
@@ -701,7 +704,7 @@ class LoaderRecord:
             probe_cpu_fraction=probe_cpu_fraction, stages=self.stage_report(),
             resources=self.pending_resources, loop_stack=self._loop_stack_now(now_ns),
             error=self.error, epoch_starts_ms=list(self._epoch_starts_ms),
-            rng_checked=rng_checked, rng_shared=rng_shared,
+            rng_checked=rng_checked, rng_shared=rng_shared, **self._cpu_used(),
         )
         self.pending_resources = None
         self.seq += 1
@@ -710,6 +713,26 @@ class LoaderRecord:
         for acc in self._workers.values():
             acc.reset()
         return msg
+
+    def _cpu_used(self) -> dict[str, int | None]:
+        """CPU used since the last report by the training process (CLOCK_PROCESS_CPUTIME_ID:
+        every thread — the loop, pin_memory's thread, this probe thread — and no child) and by
+        the loop's thread (its own CPU clock, read from here): what the advice subtracts from the
+        cores before it counts workers."""
+        process = time.process_time_ns()
+        clock = self._loop_cpu_clock
+        loop = None
+        if clock is not None:
+            try:
+                loop = time.clock_gettime_ns(clock)
+            except OSError:  # the thread is gone
+                clock = None
+        last_process, last_clock, last_loop = self._cpu_mark
+        self._cpu_mark = (process, clock, loop)
+        loop_used = None
+        if loop is not None and last_loop is not None and clock == last_clock:
+            loop_used = max(0, loop - last_loop)
+        return {"process_cpu_ns": max(0, process - last_process), "loop_cpu_ns": loop_used}
 
     def _worker_reports(self, now_ns: int) -> list[wire.WorkerReport]:
         out = []

@@ -48,6 +48,7 @@ from loadertop.document import (
 )
 from loadertop.viewer import ranks
 from loadertop.viewer.resources import ResourceHistory
+from loadertop.viewer.settings import SettingHistory
 
 HISTORY_S = 120.0  # reports kept per source (the longest window a viewer can ask for)
 GONE_AFTER_S = 3.0  # no report for this long (reports come every 0.25 s): the source is gone
@@ -58,6 +59,7 @@ LOOP_CPU_MIN_WALL_NS = 100_000_000  # loop CPU share while waiting: only from >=
 WAITING_FRACTION = 0.5  # the state is `waiting` when the loop waits at least this share of the time
 WAITING_BLOCKED_MS = 1000.0  # ... or has been blocked in next() this long right now
 MIN_PAIRED_BATCHES = 3  # wait_split rests on at least this many paired batches
+PROCESS_CPU_MIN_S = 0.5  # the training process's CPU in cores: from at least this much time
 
 
 def percentile(sorted_values: Sequence[float], q: float) -> float:
@@ -108,6 +110,7 @@ class SourceState:
     finished_at: float | None = None
     batches_total: int = 0
     resources: ResourceHistory = field(default_factory=ResourceHistory)
+    settings: SettingHistory = field(default_factory=SettingHistory)
     error: wire.LoopError | None = None  # the latest exception out of the loop's next()
 
     def add(self, msg: wire.LoaderReport, now: float) -> None:
@@ -125,6 +128,7 @@ class SourceState:
         self.finished_at = None
         if msg.resources is not None:
             self.resources.add(msg.resources, now)
+        self.settings.add(msg, now)
         self.error = msg.error  # the probe clears it when a new epoch begins
 
     def prune(self, now: float) -> None:
@@ -174,6 +178,12 @@ class Model:
             except msgspec.ValidationError:  # e.g. a GPU at 300 % util: valid msgpack, bad figures
                 self.reject("malformed")
                 return
+            previous = self.systems.get(msg.host)
+            peak = previous.figures.disk_read_peak_bytes_per_s if previous is not None else None
+            rate = figures.disk_read_bytes_per_s
+            if rate is not None and (peak is None or rate > peak):
+                peak = rate
+            figures = msgspec.structs.replace(figures, disk_read_peak_bytes_per_s=peak)
             self.systems[msg.host] = _SystemEntry(now, figures)
         elif isinstance(msg, wire.Goodbye):
             state = self.sources.get(msg.source)
@@ -302,13 +312,30 @@ class Model:
             dropped=state.missed + last.dropped,
             probe_cpu_fraction=_round(last.probe_cpu_fraction, 4),
             stages=self._stages(last, window),
-            process=state.resources.process(now),
+            process=msgspec.structs.replace(state.resources.process(now),
+                                            **self._process_cpu(window)),
             loop_stack=_stack(last.loop_stack) if live else None,
             end=self._end(state),
             epoch_starts_ms=tuple(round(v, 1) for v in last.epoch_starts_ms),
             rng=RngFigures(checked_workers=last.rng_checked, shared=tuple(
                 RngShareFigures(state=r.state, workers=tuple(r.workers)) for r in last.rng_shared)),
+            earlier_settings=state.settings.earlier(),
         )
+
+    @staticmethod
+    def _process_cpu(window: list[wire.LoaderReport]) -> dict[str, float | None]:
+        """The training process's CPU over the window, in cores: its reports' CPU time over the
+        time they cover (only the reports that carry the figure: an older probe sends none)."""
+        process = [(m.process_cpu_ns, m.interval_s) for m in window if m.process_cpu_ns is not None]
+        loop = [(m.loop_cpu_ns, m.interval_s) for m in window if m.loop_cpu_ns is not None]
+
+        def cores(pairs: list[tuple[int, float]]) -> float | None:
+            covered = sum(s for _, s in pairs)
+            if covered < PROCESS_CPU_MIN_S:
+                return None
+            return round(sum(ns for ns, _ in pairs) / (covered * 1e9), 3)
+
+        return {"cpu_cores": cores(process), "loop_cpu_cores": cores(loop)}
 
     @staticmethod
     def _end(state: SourceState) -> EndFigures | None:

@@ -186,6 +186,30 @@ def severity_counts(findings: tuple[Finding, ...]) -> str:
                      if (n := sum(1 for f in findings if f.severity == sev)))
 
 
+def process_cpu_words(src: Source, lead: str = "") -> str:
+    """The training process's CPU, e.g. " · training process 0.06 cores (its loop 0.04)"; ""
+    while unknown. The advice subtracts it from the cores before it counts workers."""
+    cores = src.process.cpu_cores
+    if cores is None:
+        return ""
+    loop = src.process.loop_cpu_cores
+    return (f"{lead}training process {fmt_float(cores, 2)} cores"
+            + (f" (its loop {fmt_float(loop, 2)})" if loop is not None else ""))
+
+
+def earlier_settings_words(src: Source) -> str:
+    """What each earlier setting of this loader gave, e.g. "2 workers 311 samples/s, fetch 22 ms
+    a batch"."""
+    parts = []
+    for setting in src.earlier_settings:
+        rate = (f"{fmt_per_s(setting.samples_per_s)} samples/s" if setting.samples_per_s is not None
+                else f"{fmt_per_s(setting.batches_per_s)} batches/s")
+        fetch = f", fetch {fmt_ms(setting.fetch_ms)} ms a batch" if setting.fetch_ms is not None else ""
+        workers = f"{setting.num_workers} worker" + ("" if setting.num_workers == 1 else "s")
+        parts.append(f"{workers} {rate}{fetch}")
+    return "; ".join(parts)
+
+
 def _stats(stats: Stats | None) -> str:
     if stats is None:
         return MISSING
@@ -247,10 +271,12 @@ def _source_lines(src: Source, with_verdict: bool) -> list[str]:
         f"{fmt_per_s(src.batches_per_s)} batches/s · {fmt_per_s(src.samples_per_s)} samples/s",
         f"  wait p50/p95/p99 {_stats(src.wait_ms)} ms · waiting {fmt_frac_pct(src.wait_fraction)} of the time"
         + (f" · blocked now {src.blocked_ms:.0f} ms" if src.blocked_ms is not None else ""),
-        f"  step p50/p95/p99 {_stats(src.step_ms)} ms",
+        f"  step p50/p95/p99 {_stats(src.step_ms)} ms" + process_cpu_words(src, " · "),
         f"  queue ready {_q(q.ready)} · in flight {_q(q.in_flight)} · capacity {_q(q.capacity)}",
     ]
     out.extend(_time_lines(src))
+    if src.earlier_settings:
+        out.append("  earlier in this run: " + earlier_settings_words(src))
     fetch = src.loop.fetch_ms
     if fetch is not None:
         out.append(f"  main process fetch p50/p95 {fetch.p50:.2f} / {fetch.p95:.2f} ms · "

@@ -27,7 +27,7 @@ import time
 import psutil
 import pytest
 
-from conftest import SnapshotRun, WorkloadPool, check_document, source_of
+from conftest import CpuMeter, SnapshotRun, WorkloadPool, check_document, source_of
 
 pytestmark = pytest.mark.slow
 
@@ -53,52 +53,6 @@ EXPECTED = {"io": "input_bound_io", "compute": "compute_bound", "exit": "stalled
             "cpu": "input_bound_cpu", "hang": "stalled", "main": "main_process_bound",
             "saturated": "cpu_saturated"}
 CPU_SENSITIVE = {"io", "compute", "cpu"}
-
-
-class CpuMeter:
-    """Busy cores of the whole machine vs. of our own processes (the workloads, their workers,
-    the snapshot viewers, this test) over an interval, from psutil's counters."""
-
-    def __init__(self) -> None:
-        self.t0 = time.monotonic()
-        self.busy0 = self._busy()
-        self.ours0: dict[int, float] = {}
-
-    @staticmethod
-    def _busy() -> float:
-        t = psutil.cpu_times()
-        return sum(t) - t.idle - getattr(t, "iowait", 0.0) - getattr(t, "guest", 0.0) \
-            - getattr(t, "guest_nice", 0.0)
-
-    @staticmethod
-    def _tree(pids) -> dict[int, float]:
-        out = {}
-        for pid in pids:
-            try:
-                root = psutil.Process(pid)
-                procs = [root] + root.children(recursive=True)
-            except psutil.Error:
-                continue
-            for p in procs:
-                try:
-                    t = p.cpu_times()
-                    out[p.pid] = t.user + t.system
-                except psutil.Error:
-                    pass
-        return out
-
-    def start(self, pids) -> None:
-        self.t0 = time.monotonic()
-        self.busy0 = self._busy()
-        self.ours0 = self._tree(pids)
-
-    def stop(self, pids) -> dict:
-        wall = time.monotonic() - self.t0
-        busy = (self._busy() - self.busy0) / wall
-        now = self._tree(pids)
-        ours = sum(v - self.ours0.get(pid, 0.0) for pid, v in now.items()) / wall
-        return {"busy_cores": round(busy, 2), "our_cores": round(ours, 2),
-                "foreign_cores": round(max(0.0, busy - ours), 2)}
 
 
 def _take_snapshots(group_workloads: dict, extra_wait: dict) -> dict:
@@ -194,8 +148,7 @@ def test_one_cpu_burning_worker_is_input_bound_cpu_with_a_worker_count(verdicts)
     for src in _check_category("cpu", verdicts):
         assert src["workers"][0]["cpu_fraction"] > 0.7
         advice = " ".join(src["diagnosis"]["advice"])
-        # concrete, from the figures: fetch 20 ms / step 5 ms = 4 workers, capped by the free
-        # cores (on 2 cores: 1, so "no free cores for more workers ... = 4 workers, cap 1")
+        # concrete, from the figures (tests/functional/test_advice_experiments.py follows it)
         assert "worker" in advice and any(ch.isdigit() for ch in advice), advice
 
 

@@ -13,7 +13,7 @@ import time
 import torch
 from torch.utils.data import Dataset, IterableDataset, get_worker_info
 
-KINDS = ("sleep", "cpu", "spin", "cheap", "hang", "exit", "raise")
+KINDS = ("sleep", "cpu", "spin", "cheap", "hang", "exit", "raise", "store")
 
 
 _BLOCK = bytes(1 << 16)
@@ -106,13 +106,23 @@ class WorkloadDataset(Dataset):
 
     kind: sleep | cpu | cheap (per-sample cost `ms`), hang (sleep forever from `bad_index` on),
     exit (``os._exit(exit_code)`` in the worker that fetches `bad_index`), raise (ValueError from
-    `bad_index` on).
+    `bad_index` on), store (a storage that serves `store_slots` reads at once: each item holds one
+    slot of a semaphore shared by every worker for `ms` — samples/s rises with the workers up to
+    `store_slots` of them and stays flat after).
     """
 
     def __init__(self, kind: str = "cheap", ms: float = 0.0, length: int = 10**7,
                  bad_index: int | None = None, exit_code: int = 3, piddir: str | None = None,
-                 payload: int = 1, slow_worker_ms: float = 0.0, rng: str = "none") -> None:
+                 payload: int = 1, slow_worker_ms: float = 0.0, rng: str = "none",
+                 store_slots: int = 2) -> None:
         assert kind in KINDS, kind
+        self.store = None
+        if kind == "store":
+            import multiprocessing
+
+            # made in the main process before the workers start: fork inherits it, spawn and
+            # forkserver receive it pickled with the dataset while the worker is being started
+            self.store = multiprocessing.Semaphore(store_slots)
         assert rng in ("none", "init", "per-worker"), rng
         self.kind, self.ms, self.length = kind, ms, length
         self.bad_index, self.exit_code, self.piddir = bad_index, exit_code, piddir
@@ -143,6 +153,9 @@ class WorkloadDataset(Dataset):
         bad = self.bad_index is not None and i >= self.bad_index
         if self.kind == "sleep" or (self.kind in ("hang", "exit", "raise") and self.ms > 0):
             time.sleep(self.ms / 1000.0)
+        elif self.store is not None:
+            with self.store:
+                time.sleep(self.ms / 1000.0)
         elif self.kind == "cpu":
             burn_cpu(self.ms)
         elif self.kind == "spin":

@@ -11,7 +11,12 @@ dataset itself into `--piddir` as `<worker id>.<pid>`.
 
 Kinds (per sample): sleep (I/O-like), cpu (burn CPU), cheap (nothing), hang (sleep forever from
 batch `--after` on), exit (``os._exit(--exit-code)`` from batch `--after` on), raise (ValueError).
-`--kill-worker-after N`: after N batches the loop SIGKILLs worker 0 itself.
+`--kill-worker-after N`: after N batches the loop SIGKILLs worker 0 itself. store: reads pass a
+semaphore of `--store-slots` slots shared by the workers (a storage serving that many at once).
+`--then-workers N --then-after S`: after S seconds the loop drops its loader and makes a new one,
+the same but with N workers (same name: the same source), for the rest of `--duration`.
+Each phase's throughput, measured by the loop itself after `--warmup-s`, goes into the status
+file and the final JSON line as `phases`: [{"workers", "batches", "seconds", "batches_per_s"}].
 When the loop raises, the error is recorded and the process stays alive `--idle-after-error` s
 (so a viewer can see the dead worker), then exits 0. `--end` says how to finish: normal (exit 0),
 raise (an uncaught exception), sleep (stay alive until killed).
@@ -21,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import functools
+import gc
 import json
 import os
 import signal
@@ -72,6 +78,12 @@ def parse(argv=None):
     p.add_argument("--context", default=None, help="multiprocessing context (fork, spawn, ...)")
     p.add_argument("--persistent", action="store_true")
     p.add_argument("--plain", action="store_true", help="do not instrument")
+    p.add_argument("--store-slots", type=int, default=2, help="kind store: reads served at once")
+    p.add_argument("--then-workers", type=int, default=None,
+                   help="after --then-after s, re-create the loader with this many workers")
+    p.add_argument("--then-after", type=float, default=0.0)
+    p.add_argument("--warmup-s", type=float, default=1.0,
+                   help="a phase's throughput is measured from this long after its first batch")
     p.add_argument("--status", default=None)
     p.add_argument("--piddir", default=None)
     return p.parse_args(argv)
@@ -124,18 +136,9 @@ def worker_pid(piddir: str, worker_id: int, deadline_s: float = 5.0) -> int:
     raise RuntimeError(f"worker {worker_id} never wrote its pid")
 
 
-def main(argv=None) -> int:
-    args = parse(argv)
-    torch.set_num_threads(1)
-    status = Status(args.status)
-    if args.piddir:
-        os.makedirs(args.piddir, exist_ok=True)
-    bad_index = args.after * args.batch_size if args.kind in ("hang", "exit", "raise") else None
-    ds = WorkloadDataset(args.kind, args.ms, bad_index=bad_index, exit_code=args.exit_code,
-                         piddir=args.piddir, payload=args.payload,
-                         slow_worker_ms=args.slow_worker_ms, rng=args.rng)
+def make_loader(args, ds, workers: int):
     kwargs = {}
-    if args.workers > 0:
+    if workers > 0:
         kwargs["persistent_workers"] = args.persistent
         if args.context:
             kwargs["multiprocessing_context"] = args.context
@@ -149,19 +152,70 @@ def main(argv=None) -> int:
         kwargs["collate_fn"] = SleepCollate(args.collate_ms)
     elif args.list_batches:
         kwargs["collate_fn"] = list_collate
-    loader = DataLoader(ds, batch_size=args.batch_size, num_workers=args.workers, **kwargs)
+    loader = DataLoader(ds, batch_size=args.batch_size, num_workers=workers, **kwargs)
     if not args.plain:
         loader = loadertop.instrument(loader, name=args.name)
-    end_at = time.monotonic() + args.duration
+    return loader
+
+
+class PhaseClock:
+    """A phase's throughput as the loop sees it: batches from `warmup_s` after its first batch."""
+
+    def __init__(self, workers: int, warmup_s: float) -> None:
+        self.workers, self.warmup_s = workers, warmup_s
+        self.first: float | None = None
+        self.start: float | None = None
+        self.counted = 0
+        self.last: float | None = None
+
+    def batch(self, now: float) -> None:
+        if self.first is None:
+            self.first = now
+        elif now - self.first >= self.warmup_s:
+            if self.start is None:
+                self.start = now
+            else:
+                self.counted += 1
+            self.last = now
+
+    def summary(self) -> dict:
+        seconds = (self.last - self.start) if self.start is not None and self.last else 0.0
+        return {"workers": self.workers, "batches": self.counted, "seconds": round(seconds, 3),
+                "batches_per_s": round(self.counted / seconds, 3) if seconds > 0 else None}
+
+
+def main(argv=None) -> int:
+    args = parse(argv)
+    torch.set_num_threads(1)
+    status = Status(args.status)
+    if args.piddir:
+        os.makedirs(args.piddir, exist_ok=True)
+    bad_index = args.after * args.batch_size if args.kind in ("hang", "exit", "raise") else None
+    ds = WorkloadDataset(args.kind, args.ms, bad_index=bad_index, exit_code=args.exit_code,
+                         piddir=args.piddir, payload=args.payload,
+                         slow_worker_ms=args.slow_worker_ms, rng=args.rng,
+                         store_slots=args.store_slots)
+    loader = make_loader(args, ds, args.workers)
+    started = time.monotonic()
+    end_at = started + args.duration
+    switch_at = started + args.then_after if args.then_workers is not None else None
+    phases = [PhaseClock(args.workers, args.warmup_s)]
     n = 0
     status.write(force=True, phase="running")
+    _batch = None
+    epoch = 0
     try:
-        for epoch in range(args.epochs):
+        while epoch < args.epochs:
             in_epoch = 0
             for _batch in loader:
                 n += 1
                 in_epoch += 1
-                status.write(batches=n, last_batch_at=time.time(), epoch=epoch)
+                now = time.monotonic()
+                phases[-1].batch(now)
+                status.write(batches=n, last_batch_at=time.time(), epoch=epoch,
+                             phases=[p.summary() for p in phases])
+                if switch_at is not None and now >= switch_at:
+                    break
                 if args.kill_worker_after and n == args.kill_worker_after:
                     status.write(force=True)
                     os.kill(worker_pid(args.piddir, 0), signal.SIGKILL)
@@ -171,6 +225,16 @@ def main(argv=None) -> int:
                     burn_cpu(args.busy_step_ms)
                 if time.monotonic() >= end_at or (args.batches and in_epoch >= args.batches):
                     break
+            if switch_at is not None and time.monotonic() >= switch_at:
+                # The same loader made anew with more workers, under the same name: the old one
+                # is dropped first so that its source carries on (loadertop.instrument).
+                switch_at = None
+                del loader, _batch
+                gc.collect()
+                loader = make_loader(args, ds, args.then_workers)
+                phases.append(PhaseClock(args.then_workers, args.warmup_s))
+                continue  # the same epoch, on the new loader
+            epoch += 1
             if time.monotonic() >= end_at:
                 break
     except Exception as exc:  # torch's "DataLoader worker ... exited unexpectedly" and kin
@@ -190,8 +254,9 @@ def main(argv=None) -> int:
         while time.monotonic() < end:
             time.sleep(0.05)
         return 0
-    status.write(force=True, phase="done", batches=n)
-    print(json.dumps({"pid": os.getpid(), "batches": n}), flush=True)
+    summaries = [p.summary() for p in phases]
+    status.write(force=True, phase="done", batches=n, phases=summaries)
+    print(json.dumps({"pid": os.getpid(), "batches": n, "phases": summaries}), flush=True)
     if args.end == "raise":
         raise SystemError("workload ends with an exception")
     if args.end == "sleep":

@@ -6,7 +6,13 @@ from __future__ import annotations
 import math
 
 from loadertop.document import Source, Stats
-from loadertop.viewer.report import TimeShares, shown_state, time_shares
+from loadertop.viewer.report import (
+    TimeShares,
+    earlier_settings_words,
+    process_cpu_words,
+    shown_state,
+    time_shares,
+)
 from loadertop.viewer.units import MISSING, fmt_bytes, fmt_float, fmt_frac_pct, fmt_ms, fmt_per_s
 from loadertop.viewer.widgets import graphics
 from loadertop.viewer.widgets.graphics import Line, Span
@@ -84,7 +90,9 @@ class LoaderPanel(Panel):
         out += self._time_lines(src, width)
         out.append(self._stages_line(src, width))
         if not self.compact:
-            out.append((("step  ", "bold"), *stats_spans(src.step_ms, ("p50", "p95"))))
+            process = process_cpu_words(src, "   ")
+            out.append((("step  ", "bold"), *stats_spans(src.step_ms, ("p50", "p95")),
+                        (process, DIM)))
         out.append(self._queue_line(src, width))
 
         waits = self._history.loader(self.WAIT_P95, src.id)
@@ -107,6 +115,8 @@ class LoaderPanel(Panel):
         out += self._graph("wait p95", waits, width, wait_room, "ms", fmt_ms, colour)
         out += self._graph("batches/s", rates, width, rate_room, "", fmt_per_s, ACCENT)
         out.append(((self._config_text(src), DIM),))
+        if src.earlier_settings:
+            out.append((("earlier ", DIM), (earlier_settings_words(src), "")))
         return out
 
     # ------------------------------------------------------------------ pieces
