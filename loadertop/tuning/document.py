@@ -52,7 +52,11 @@ class TrialFigures(_Figures, frozen=True, kw_only=True):
     loader: str | None = None  # the main loader's name (the one with the most batches)
     sources: Count = 0  # its sources: one per process (rank) that iterated it
     workers_rss_bytes: Count | None = None  # all its workers together, at the end
-    worker_rss_bytes: Count | None = None  # one worker, on average: the cost of one more
+    worker_rss_bytes: Count | None = None  # one worker, on average
+    # One worker's private memory (USS), on average, where the probe's slow readings (every 5 s)
+    # came within the trial: what one more worker costs (RSS counts the pages shared with the
+    # main process, torch's libraries among them).
+    worker_uss_bytes: Count | None = None
     memory_short: bool = False  # swap active or available memory below the diagnosis threshold
     measured_s: NonNegative = 0.0  # the time the measurement covers
     startup_s: NonNegative | None = None  # from the start of the program to its first batch

@@ -125,8 +125,9 @@ def render_table(doc: TuneDocument) -> str:
         notes.extend(t.exit or t.problem or "" for t in runs if t.exit or t.problem)
         if any(t.memory_short for t in runs):
             notes.append("memory short")
+        marker = "▶ " if count == best and count is not None else "  "
         rows.append((
-            ("▶ " if count == best and count is not None else "  ") + (MISSING if count is None else str(count)),
+            marker + (MISSING if count is None else str(count)),
             _rate(rate),
             fmt_spread(spread) if spread else MISSING,
             fmt_frac_pct(_mean([t.wait_fraction for t in good])),

@@ -111,14 +111,17 @@ def _above_text(best: Point, above: Sequence[Point], trials: Sequence[TrialFigur
 
 
 def worker_cost(trials: Sequence[TrialFigures], above_count: int) -> int | None:
-    """One worker's memory (RSS), from the trials with more workers than `above_count` (else
-    from any trial with workers)."""
+    """What one more worker costs in memory: its private memory (USS) where it was read, else its
+    RSS; from the trials with more workers than `above_count` (else from any with workers)."""
     def mean(sample: list[int]) -> int | None:
         return round(sum(sample) / len(sample)) if sample else None
 
-    above = [t.worker_rss_bytes for t in trials if usable(t) and t.worker_rss_bytes
-             and (t.num_workers or 0) > above_count]
-    return mean(above) or mean([t.worker_rss_bytes for t in trials if t.worker_rss_bytes])
+    def cost(t: TrialFigures) -> int | None:
+        return t.worker_uss_bytes or t.worker_rss_bytes
+
+    above = [c for t in trials if usable(t) and (t.num_workers or 0) > above_count
+             and (c := cost(t))]
+    return mean(above) or mean([c for t in trials if (c := cost(t))])
 
 
 def _memory_detail(trials: Sequence[TrialFigures], count: int) -> str:

@@ -16,7 +16,7 @@ import shlex
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Literal, Protocol
 
 from loadertop import diagnosis
 from loadertop.document import SourceFigures, SystemFigures
@@ -24,7 +24,7 @@ from loadertop.system.host import cores_available
 from loadertop.tuning import strategy
 from loadertop.tuning.document import TUNE_SCHEMA, TrialFigures, TrialReason, TuneDocument
 from loadertop.tuning.recommendation import recommend
-from loadertop.tuning.trial import TrialOutcome, TrialSettings, run_trial
+from loadertop.tuning.trial import TrialOutcome, TrialSettings, check_command, run_trial
 
 EXIT_OK, EXIT_NOTHING, EXIT_INTERRUPTED = 0, 1, 130
 STARTUP_GUESS_S = 3.0  # a trial's start (import torch, first batch) and end, before one was timed
@@ -40,13 +40,14 @@ class Progress(Protocol):
 
 
 class SilentProgress:
-    def trial_started(self, index, num_workers, reason, left_s, trials_left) -> None:
+    def trial_started(self, index: int, num_workers: int | None, reason: TrialReason,
+                      left_s: float | None, trials_left: int) -> None:
         pass
 
-    def trial_phase(self, phase) -> None:
+    def trial_phase(self, phase: str) -> None:
         pass
 
-    def trial_done(self, index, trial) -> None:
+    def trial_done(self, index: int, trial: TrialFigures) -> None:
         pass
 
 
@@ -73,6 +74,7 @@ def live_advice() -> Advice | None:
 def tune(command: Sequence[str], options: TuneOptions, progress: Progress | None = None, *,
          environ: Mapping[str, str] = os.environ, advice: Advice | None = None,
          use_advice: bool = True, cores: float | None = None) -> TuneResult:
+    check_command(command, environ.get("PATH"))
     progress = progress or SilentProgress()
     began_wall, began = time.time(), time.monotonic()
     cores = cores if cores is not None else cores_available(detect_quota=True)
@@ -130,7 +132,7 @@ def tune(command: Sequence[str], options: TuneOptions, progress: Progress | None
     if no_loader is not None:
         stopped_because = no_loader
     unsafe = strategy.duplicated_iterable(trials)
-    unit = "samples/s"
+    unit: Literal["samples/s", "batches/s"] = "samples/s"
     measured = [t for t in trials if strategy.usable(t)]
     if measured and all(t.batch_size is None for t in measured):
         unit = "batches/s"

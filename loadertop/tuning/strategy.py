@@ -227,6 +227,8 @@ def _climb(pts: dict[int, Point], plan: Plan) -> tuple[Next | None, str]:
 
 def _refine(pts: dict[int, Point], plan: Plan, best: Point) -> Next | None:
     highest = top(pts)
+    if highest is not None and best is not highest and best.runs < 2 and uncertain(best, highest):
+        return Next(best.num_workers, "repeat")  # is the pick itself within 5 % of the best?
     for count in (best.num_workers - 1, best.num_workers + 1):
         if count < 0 or count > plan.max_workers:
             continue

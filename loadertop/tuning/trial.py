@@ -101,6 +101,19 @@ def _trial_dir() -> Path:
     return Path(tempfile.mkdtemp(prefix="lttune", dir=base))
 
 
+def check_command(command: Sequence[str], search_path: str | None = None) -> None:
+    """Raise CannotStart when COMMAND's program cannot be found or executed — before the first
+    trial, so that the answer is one line and not a trial that fails. (`start_program` still
+    reports what this cannot foresee.)"""
+    program = command[0]
+    if shutil.which(program, path=search_path) is not None:
+        return
+    if os.sep in program and os.path.exists(program):
+        reason = "is a directory" if os.path.isdir(program) else "Permission denied"
+        raise CannotStart(f"cannot execute {program}: {reason}")
+    raise CannotStart(f"command not found: {program}")
+
+
 def start_program(command: Sequence[str], env: dict, directory: Path) -> subprocess.Popen:
     """The program in its own session; its stdout and stderr go to files of the trial (stdout is
     tune's own: the table or the JSON document)."""
@@ -374,6 +387,7 @@ class _Measurement:
         spread = self._spread(group)
         memory = self._memory()
         rss = [w.rss_bytes for s in group for w in s.workers if w.rss_bytes is not None]
+        uss = [w.uss_bytes for s in group for w in s.workers if w.uss_bytes is not None]
         waits = [s.wait_fraction for s in group if s.wait_fraction is not None]
         return TrialFigures(
             num_workers=counts[0] if self.requested is None else self.requested,
@@ -390,6 +404,7 @@ class _Measurement:
             loader=main.name, sources=len(group),
             workers_rss_bytes=sum(rss) if rss else None,
             worker_rss_bytes=round(sum(rss) / len(rss)) if rss else None,
+            worker_uss_bytes=round(sum(uss) / len(uss)) if uss else None,
             memory_short=memory.short or main.diagnosis.category == diagnosis.MEMORY_PRESSURE,
             measured_s=round(max(0.0, measured_s), 2),
             startup_s=round(self.first_batch - self.started, 2) if self.first_batch else None,
@@ -414,23 +429,28 @@ class _Measurement:
         return rate, sum(batch_rates), size
 
     def _spread(self, group: list[Source]) -> float | None:
-        """The standard error of the rate, from the rate of every SAMPLE_S of the measurement."""
+        """The standard error of the rate, from the rate of every SAMPLE_S of the measurement.
+
+        A part's rate is its batches over the loop's own time for them (the sums of their waits
+        and steps, which add up to the wall time the loop spent on them), not over the part's
+        length: a steady pipeline then shows no scatter from where the parts' edges fall between
+        two batches; bursts (more workers than the storage serves) still show."""
         if self.measure_from is None or self.measure_to is None:
             return None
-        chunks: dict[int, dict[str, list[float]]] = {}
+        parts: dict[int, dict[str, list[float]]] = {}
         for source in group:
             state = self.model.sources.get(source.id)
             if state is None:
                 continue
             scale = (source.config.batch_size or 1) if source.samples_per_s is not None else 1
             for received, report in state.reports:
-                if not self.measure_from <= received <= self.measure_to:
+                if not self.measure_from <= received <= self.measure_to or not report.batches:
                     continue
-                chunk = int((received - self.measure_from) // SAMPLE_S)
-                sums = chunks.setdefault(chunk, {}).setdefault(source.id, [0.0, 0.0])
+                part = int((received - self.measure_from) // SAMPLE_S)
+                sums = parts.setdefault(part, {}).setdefault(source.id, [0.0, 0.0])
                 sums[0] += report.batches * scale
-                sums[1] += report.interval_s
-        rates = [sum(b / s for b, s in per.values() if s > 0) for per in chunks.values()]
+                sums[1] += (report.wait_ns + report.step_ns) / 1e9
+        rates = [sum(b / t for b, t in per.values() if t > 0) for per in parts.values()]
         if len(rates) < 3:
             return None
         mean = sum(rates) / len(rates)
