@@ -19,7 +19,9 @@ The procedure is the tuning guide's (its §4.3), with the rules that make one nu
 * **repeat** a count once when the decision its result makes is within noise: the gain compared
   with the 5 % threshold is closer to it than `NOISE_SIGMAS` standard errors of that gain
   (`uncertain`). A gain of 0 ± 1 % against its neighbour is "within noise of its neighbour" but
-  decides "stop" without doubt; a gain of 4 ± 3 % does not, and is measured again.
+  decides "stop" without doubt; a gain of 4 ± 3 % does not, and is measured again. In the climb
+  only a stop is repeated (a climb that goes on by mistake costs one trial and shows it); around
+  the pick, either side of the 5 % line is.
 
 A count's runs are merged (`points`): the mean of the runs' rates, and as spread the larger of the
 pooled standard error and half the difference between runs (two runs that disagree say more about
@@ -216,9 +218,12 @@ def _climb(pts: dict[int, Point], plan: Plan) -> tuple[Next | None, str]:
         if i == 0:
             continue
         before = pts[sequence[i - 1]]
-        if uncertain(before, point) and point.runs < 2:
-            return Next(count, "repeat"), ""
         gain = relative_gain(before, point)
+        # Only a stop is worth a repeat: a climb that goes on by mistake costs the one trial that
+        # shows it (and the pick rule does not take a count that gains under 5 %), while a stop by
+        # mistake leaves the gain unmeasured for good.
+        if gain < GAIN_MIN and uncertain(before, point) and point.runs < 2:
+            return Next(count, "repeat"), ""
         if gain < GAIN_MIN:
             return None, (f"num_workers={count} gained {gain * 100:+.1f} % over {before.num_workers}"
                           f" (less than {GAIN_MIN * 100:g} %)")

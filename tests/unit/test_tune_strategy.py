@@ -160,6 +160,12 @@ def test_a_gain_within_noise_of_the_threshold_is_measured_again():
     assert merged.spread == pytest.approx(max(2.0 * 2 ** 0.5 / 2, 0.5))
 
 
+def test_a_gain_just_above_the_threshold_climbs_on_instead_of_repeating():
+    # 6 ± 3 %: perhaps less than 5 %, but climbing on costs no more than a repeat, and tells more.
+    trials = [trial(1, 100.0, spread=2.0, reason="start"), trial(3, 106.0, spread=2.0)]
+    assert next_trial(trials, Plan(start=1, max_workers=16)) == Next(5, "climb")
+
+
 def test_a_gain_far_from_the_threshold_is_trusted_however_close_to_its_neighbour():
     # 0 ± 1 %: "within noise of its neighbour", but "less than 5 %" without doubt: no repeat.
     trials = [trial(1, 100.0, spread=1.0, reason="start"), trial(3, 100.0, spread=1.0)]
