@@ -450,12 +450,8 @@ class _Measurement:
                 sums = parts.setdefault(part, {}).setdefault(source.id, [0.0, 0.0])
                 sums[0] += report.batches * scale
                 sums[1] += (report.wait_ns + report.step_ns) / 1e9
-        rates = [sum(b / t for b, t in per.values() if t > 0) for per in parts.values()]
-        if len(rates) < 3:
-            return None
-        mean = sum(rates) / len(rates)
-        variance = sum((r - mean) ** 2 for r in rates) / (len(rates) - 1)
-        return math.sqrt(variance / len(rates))
+        rates = [sum(b / t for b, t in per.values() if t > 0) for _, per in sorted(parts.items())]
+        return standard_error(rates)
 
     def _batches_per_epoch(self, group: list[Source]) -> float | None:
         """The main loader's batches per epoch, from the epochs that began during the trial: an
@@ -506,6 +502,29 @@ class _MemoryFigures:
     mem_available_bytes: int | None
     swap_active: bool | None
     short: bool
+
+
+def standard_error(rates: Sequence[float]) -> float | None:
+    """The standard error of the mean of consecutive parts' rates, corrected for their lag-1
+    correlation: Var(mean) = s²/n × (1 + 2ρ₁), at least s²/n².
+
+    Why the correction: where the workers deliver in bursts (more workers than the storage
+    serves), a part's edges cut a burst; the batch one part misses the next one has, so
+    neighbouring parts err in opposite directions (ρ₁ near −0.5) and their errors cancel in the
+    mean — the whole window is cut only at its two ends. The plain s/√n counted that scatter
+    as noise of the mean: measured here on 3 slots with 5 workers, ±4 % from each 5 s trial
+    while three trials agreed within 1 %. Fluctuations that last (a busy machine) keep ρ₁ >= 0
+    and the plain figure. None with fewer than 3 parts."""
+    n = len(rates)
+    if n < 3:
+        return None
+    mean = sum(rates) / n
+    variance = sum((r - mean) ** 2 for r in rates) / (n - 1)
+    if variance <= 0:
+        return 0.0
+    lag1 = sum((rates[i] - mean) * (rates[i + 1] - mean) for i in range(n - 1)) / (n - 1) / variance
+    factor = max(1.0 + 2.0 * max(-0.5, min(1.0, lag1)), 1.0 / n)
+    return math.sqrt(variance * factor / n)
 
 
 def _swapping(system: SystemFigures) -> bool:
