@@ -237,3 +237,27 @@ def test_trials_left_estimates_the_search_and_counts_a_list():
     assert strategy.trials_left([], Plan(start=1, max_workers=8, listed=(0, 2, 4))) == 3
     assert strategy.trials_left([trial(0, 1.0)], Plan(start=1, max_workers=8, listed=(0, 2))) == 1
     assert strategy.trials_left([], Plan(start=1, max_workers=8)) >= 3
+
+
+# ------------------------------------------------------------------------------- the spread
+def test_the_spread_of_steady_parts_is_the_plain_standard_error():
+    from loadertop.tuning.trial import standard_error
+
+    rates = [100.0, 104.0, 98.0, 103.0, 97.0, 102.0, 99.0, 101.0]
+    plain = (sum((r - 100.5) ** 2 for r in rates) / 7 / 8) ** 0.5
+    assert standard_error(rates) <= plain + 1e-9
+    assert standard_error([100.0, 100.0, 100.0]) == 0.0
+    assert standard_error([100.0, 101.0]) is None  # too few parts to say
+
+
+def test_bursts_cut_at_part_edges_cancel_in_the_mean():
+    # A burst of 3 batches that one part misses the next one has: the parts alternate, the mean
+    # is exact, and the spread comes out a fraction of the plain s/sqrt(n).
+    from loadertop.tuning.trial import standard_error
+
+    rates = [90.0, 110.0] * 5
+    plain = (sum((r - 100.0) ** 2 for r in rates) / 9 / 10) ** 0.5
+    assert standard_error(rates) < plain / 2
+    # Lasting changes (a busy machine for a while) keep their full weight.
+    drifting = [90.0] * 5 + [110.0] * 5
+    assert standard_error(drifting) >= plain
