@@ -152,6 +152,7 @@ def end_process_group(proc: subprocess.Popen, grace_s: float) -> None:
     """SIGTERM to the program's process group, SIGKILL to whatever is left after `grace_s`, then
     wait (a few seconds at most) until none of it runs. A second Ctrl-C skips the grace."""
     pgid = proc.pid  # start_new_session: the program leads its own group
+    interrupted = False
     try:
         _signal_group(pgid, signal.SIGTERM)
         deadline = time.monotonic() + grace_s
@@ -160,7 +161,7 @@ def end_process_group(proc: subprocess.Popen, grace_s: float) -> None:
                 break
             time.sleep(0.05)
     except KeyboardInterrupt:
-        pass
+        interrupted = True  # straight to SIGKILL; the interrupt goes on once the group is gone
     finally:
         _signal_group(pgid, signal.SIGKILL)
         try:
@@ -171,6 +172,8 @@ def end_process_group(proc: subprocess.Popen, grace_s: float) -> None:
         while group_members(pgid) and time.monotonic() < deadline:
             _signal_group(pgid, signal.SIGKILL)
             time.sleep(0.05)
+    if interrupted:
+        raise KeyboardInterrupt
 
 
 def _signal_group(pgid: int, sig: int) -> None:
@@ -374,14 +377,14 @@ class _Measurement:
         main = group[0]
         measured_s = (self.measure_to or 0.0) - (self.measure_from or self.first_batch or 0.0)
         counts = sorted({s.config.num_workers for s in group})
-        problem = None
+        trouble: str | None = None
         too_short = self.measure_from is None or \
             measured_s < min(MIN_MEASURED_S, self.settings.trial_s / 2)
         if self.requested is not None and counts != [self.requested]:
-            problem = (f"the main loader ran with num_workers={','.join(map(str, counts))}, not "
+            trouble = (f"the main loader ran with num_workers={','.join(map(str, counts))}, not "
                        f"{self.requested}: the override did not reach it")
         elif too_short:
-            problem = (f"the program ended {max(0.0, measured_s):.1f} s into the measurement"
+            trouble = (f"the program ended {max(0.0, measured_s):.1f} s into the measurement"
                        if self.measure_from is not None else "the program ended during the warm-up")
         rate, batch_rate, unit_batch_size = self._rates(group)
         spread = self._spread(group)
@@ -410,7 +413,7 @@ class _Measurement:
             startup_s=round(self.first_batch - self.started, 2) if self.first_batch else None,
             batches_per_epoch=_round(self._batches_per_epoch(group), 1),
             iterable=self._iterable(group),
-            problem=problem,
+            problem=trouble,
         )
 
     @staticmethod

@@ -282,3 +282,22 @@ def test_install_wraps_only_with_the_variable_and_only_once():
     assert (loader.num_workers, loader.prefetch_factor) == (0, None)
     override.uninstall(module)
     assert DataLoader("ds", 4, 2).num_workers == 2
+
+
+# ------------------------------------------------------------------------------- the live advice
+def test_the_live_advice_is_a_hint_that_may_be_missing_or_fail():
+    from loadertop import diagnosis
+    from loadertop.tuning import session
+    from loadertop.tuning.trial import TrialOutcome
+
+    assert session.live_advice() is getattr(diagnosis, "advised_num_workers", None)
+    source = object()  # the advice reads the main loader's figures; here only passed through
+    outcome = TrialOutcome(figures=trial(2, 100.0, reason="own_setting"), source=source,
+                           system=None, no_loader=False, duration_s=5.0)
+    assert session._advised(lambda s, sys: 6 if s is source else None, outcome) == 6
+    assert session._advised(lambda s, sys: None, outcome) is None
+    assert session._advised(lambda s, sys: 1 / 0, outcome) is None
+    assert session._advised(lambda s, sys: -2, outcome) is None
+    failed = TrialOutcome(figures=trial(2, None, exit="exit 1", exit_code=1), source=source,
+                          system=None, no_loader=False, duration_s=5.0)
+    assert session._advised(lambda s, sys: 6, failed) is None
