@@ -4,8 +4,8 @@ real trials, nothing mocked.
 - the override reaches every loader (map-style with worker-only arguments, iterable, a subclass);
 - a search on a job whose knee is known (reads through a semaphore of 2 slots: samples/s double
   from 1 to 2 workers and stay flat after) picks 2, with the table, plot and recommendation;
-- a failing trial is listed with its exit and stderr tail and the rest go on (`--json`, validated);
-- Ctrl-C stops the current trial (its processes gone) and prints what was measured;
+- a failing trial is listed with its exit and stderr tail and the rest go on, and Ctrl-C stops the
+  current trial (its processes gone) and prints what was measured (`--json`, validated);
 - no DataLoader (exit 1), an IterableDataset that every worker yields whole (unsafe, no count
   recommended), a command that cannot start (exit 2).
 
@@ -187,48 +187,37 @@ def test_the_search_finds_a_known_knee(tmp):
     assert_trials_left_nothing(directory / "pids")
 
 
-def test_a_failing_trial_is_listed_and_the_rest_go_on(tmp):
+def test_a_failing_trial_is_listed_the_rest_go_on_and_ctrl_c_prints_what_was_measured(tmp):
+    """One run for both (each trial costs seconds): 2 workers fail, 1 worker is measured, and
+    Ctrl-C while the third trial's program runs ends it and prints the first two."""
     directory, _ = tmp
-    t = tune(tmp, "--workers", "2,1", *TRIAL, "--json", "--", PY, JOBS, "knee", "--slots", "2",
-             "--fail-from", "2", "--piddir", str(directory / "pids"))
-    assert t.wait() == 0, t.stderr()
+    piddir = directory / "pids"
+    t = tune(tmp, "--workers", "2,1,3", *TRIAL, "--json", "--", PY, JOBS, "knee", "--slots", "2",
+             "--fail-from", "2", "--piddir", str(piddir))
+
+    def third_trial_running():
+        assert t.proc.poll() is None, t.stderr()
+        return "trial 2: num_workers=1: " in t.stderr() and \
+            sum(1 for n in os.listdir(piddir) if n.startswith("main.")) == 3
+
+    wait_for(third_trial_running, 90, "the third trial's program")
+    assert "trial 1: num_workers=2: exit 1: " in t.stderr()
+    t.proc.send_signal(signal.SIGINT)
+    assert t.wait(30) == 130
     doc = t.document()
-    assert doc["schema"] == "loadertop.tune/1"
-    assert doc["strategy"] == "listed"
-    failed, good = doc["trials"]
+    assert doc["schema"] == "loadertop.tune/1" and doc["strategy"] == "listed"
+    assert doc["interrupted"] is True and doc["stopped_because"] == "interrupted (Ctrl-C)"
+    failed, good = doc["trials"]  # the interrupted third is not listed: it measured nothing
     assert failed["num_workers"] == 2 and failed["samples_per_s"] is None
-    assert failed["exit"].startswith("exit 1: ")
+    assert failed["exit"].startswith("exit 1: ") and failed["exit_code"] == 1
     assert "RuntimeError: simulated failure with 2 workers" in failed["exit"]
     assert good["num_workers"] == 1 and good["exit"] is None
     assert 60 < good["samples_per_s"] < 110, good  # 4 samples per 40 ms from one worker
     assert good["category"] is not None and good["cpu_percent"] is not None
     assert good["mem_available_bytes"] > 0 and good["swap_active"] in (True, False)
     assert doc["best"]["num_workers"] == 1
-    assert doc["recommendation"].startswith("num_workers=1: ")
+    assert doc["recommendation"].startswith("interrupted after 2 trials: num_workers=1: ")
     assert "2 workers failed (exit 1)" in doc["recommendation"]
-    assert "trial 1: num_workers=2: exit 1: " in t.stderr()
-    assert_trials_left_nothing(directory / "pids")
-
-
-def test_ctrl_c_stops_the_current_trial_and_prints_what_was_measured(tmp):
-    directory, _ = tmp
-    piddir = directory / "pids"
-    t = tune(tmp, "--workers", "1,2", *TRIAL, "--json", "--", PY, JOBS, "knee", "--slots", "2",
-             "--piddir", str(piddir))
-
-    def second_trial_running():
-        assert t.proc.poll() is None, t.stderr()
-        return "trial 1: num_workers=1: " in t.stderr() and \
-            sum(1 for n in os.listdir(piddir) if n.startswith("main.")) == 2
-
-    wait_for(second_trial_running, 60, "the second trial's program")
-    t.proc.send_signal(signal.SIGINT)
-    assert t.wait(30) == 130
-    doc = t.document()
-    assert doc["interrupted"] is True
-    assert [tr["num_workers"] for tr in doc["trials"]] == [1]
-    assert doc["recommendation"].startswith("interrupted after 1 trial: num_workers=1: ")
-    assert doc["stopped_because"] == "interrupted (Ctrl-C)"
     wait_for(lambda: not [p for p in _recorded_pids(piddir) if _running(p)], 5,
              "the trials' processes to be gone")
 
