@@ -12,7 +12,7 @@ import sys
 
 from loadertop._version import __version__
 
-SUBCOMMANDS = ("snapshot", "run", "demo", "keys")
+SUBCOMMANDS = ("snapshot", "run", "tune", "demo", "keys")
 
 DESCRIPTION = """\
 top for PyTorch input pipelines: live DataLoader wait times, queue, workers, the machine,
@@ -23,6 +23,8 @@ commands:
   loadertop snapshot [--json] [--seconds S] [ENDPOINT ...]
                                         watch S seconds, print one report and exit
   loadertop run [--] COMMAND ...        run COMMAND with every DataLoader instrumented
+  loadertop tune [--workers LIST | --max-workers N] [--trial-seconds S] [--json] [--] COMMAND ...
+                                        find the best num_workers for COMMAND by running it
   loadertop demo                        a synthetic training job with the viewer on it
   loadertop keys [DIR]                  create a CurveZMQ key pair for remote viewing
 
@@ -98,6 +100,10 @@ def _dispatch(argv: list[str]) -> int:
             from loadertop.commands import run
 
             return run.main(rest)
+        if command == "tune":
+            from loadertop.commands import tune
+
+            return tune.main(rest)
         if command == "demo":
             from loadertop.commands import demo
 

@@ -23,6 +23,9 @@ LOADERTOP_RUN = "LOADERTOP_RUN"  # "1": the start-up hook instruments DataLoader
 LOADERTOP_RUN_WARNED = "LOADERTOP_RUN_WARNED"  # the "cannot import loadertop" line was printed
 LOADERTOP_RUN_PORT_BASE = "LOADERTOP_RUN_PORT_BASE"  # --listen before the per-rank port offset
 
+# ---- set by `loadertop tune` for the program of one trial (internal)
+LOADERTOP_TUNE_NUM_WORKERS = "LOADERTOP_TUNE_NUM_WORKERS"  # every DataLoader gets this num_workers
+
 # ---- other programs' conventions that loadertop follows
 NO_COLOR = "NO_COLOR"  # https://no-color.org
 RANK = "RANK"  # torchrun: the global rank
@@ -32,7 +35,8 @@ RANK_VARIABLES = (RANK, LOCAL_RANK, SLURM_PROCID)  # a source's rank: the first 
 
 LOADERTOP_VARIABLES = (LOADERTOP_DISABLE, LOADERTOP_DIR, LOADERTOP_ENDPOINT, LOADERTOP_CURVE_SECRET,
                        LOADERTOP_AUTHORIZED_KEYS, LOADERTOP_RUN, LOADERTOP_RUN_WARNED,
-                       LOADERTOP_RUN_PORT_BASE, LOADERTOP_SHM_PATH, LOADERTOP_RESOURCE_S)
+                       LOADERTOP_RUN_PORT_BASE, LOADERTOP_SHM_PATH, LOADERTOP_RESOURCE_S,
+                       LOADERTOP_TUNE_NUM_WORKERS)
 
 
 def disabled(environ: Mapping[str, str] = os.environ) -> bool:
@@ -48,6 +52,12 @@ def endpoint(environ: Mapping[str, str] = os.environ) -> str | None:
 def run_hook_enabled(environ: Mapping[str, str] = os.environ) -> bool:
     """True inside a program started by `loadertop run` (it sets LOADERTOP_RUN=1)."""
     return environ.get(LOADERTOP_RUN) == "1"
+
+
+def tune_num_workers(environ: Mapping[str, str] = os.environ) -> int | None:
+    """The num_workers `loadertop tune` imposes on this trial's DataLoaders (a non-negative
+    integer), None when unset or not such a number (then nothing is overridden)."""
+    return _index(environ.get(LOADERTOP_TUNE_NUM_WORKERS))
 
 
 def no_color(flag: bool = False, environ: Mapping[str, str] = os.environ) -> bool:

@@ -109,7 +109,15 @@ def install() -> bool:
 
 def patch(module) -> bool:
     """Replace `module.DataLoader.__iter__` with the instrumenting one; False if already done or
-    the class is not what we know (then DataLoaders simply stay uninstrumented)."""
+    the class is not what we know (then DataLoaders simply stay uninstrumented). Under `loadertop
+    tune` (LOADERTOP_TUNE_NUM_WORKERS set) `DataLoader.__init__` is wrapped too: see
+    `loadertop.probe.override`."""
+    from loadertop.probe import override  # stdlib only: cheap, and only once torch is imported
+
+    try:
+        override.install(module)
+    except Exception as exc:  # a trial without the override is reported by tune, not fatal here
+        _warn(f"could not set num_workers for loadertop tune: {exc!r}")
     cls = getattr(module, "DataLoader", None)
     original = cls.__dict__.get("__iter__") if isinstance(cls, type) else None
     if original is None or getattr(original, "_loadertop_original", None) is not None:

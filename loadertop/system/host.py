@@ -271,16 +271,7 @@ class SystemSampler:
     # --- parts -------------------------------------------------------------------------------
 
     def _cores_available(self) -> float:
-        cores = float(self._cpu_count)
-        if self._cpu_quota is not None:
-            cores = min(cores, self._cpu_quota)
-        # Affinity (taskset, cpuset, Slurm) can change while we run, and costs one syscall.
-        if hasattr(os, "sched_getaffinity"):
-            try:
-                cores = min(cores, float(len(os.sched_getaffinity(0))))
-            except OSError:
-                pass
-        return cores
+        return cores_available(self._cpu_count, self._cpu_quota)
 
     def _memory(self, counters: Counters) -> tuple[dict[str, Any], dict[str, Any]]:
         """(memory and swap figures, the cgroup dict)."""
@@ -319,6 +310,25 @@ class SystemSampler:
             return self._gpu.read()
         except Exception as e:
             return error_status(e), []
+
+
+def cores_available(cpu_count: int | None = None, cpu_quota: float | None = None, *,
+                    detect_quota: bool = False) -> float:
+    """The cores this process may use: the machine's, capped by the cgroup's CPU quota and by the
+    CPU affinity (taskset, cpuset, Slurm). `detect_quota` reads the quota here (a one-off caller
+    such as `loadertop tune`; the sampler reads it once and passes it)."""
+    cores = float(cpu_count or psutil.cpu_count(logical=True) or os.cpu_count() or 1)
+    if detect_quota:
+        cpu_quota = Cgroup.detect().cpu_quota_cores()
+    if cpu_quota is not None:
+        cores = min(cores, cpu_quota)
+    # Affinity can change while we run, and costs one syscall: read it every time.
+    if hasattr(os, "sched_getaffinity"):
+        try:
+            cores = min(cores, float(len(os.sched_getaffinity(0))))
+        except OSError:
+            pass
+    return cores
 
 
 def _cpu_figures(previous: Counters | None, current: Counters) -> dict[str, Any]:
