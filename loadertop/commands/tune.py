@@ -2,12 +2,22 @@
 
 Thin: parses the options, runs `loadertop.tuning.session.tune`, prints the report or the
 document. The trials, the strategy and the output live in `loadertop.tuning`.
+
+SIGINT (Ctrl-C, `kill -INT`) always stops tune with 130 and what was measured, also when tune
+was started with SIGINT ignored (a non-interactive shell's `loadertop tune ... &`: Python keeps an
+inherited SIG_IGN, and the interrupt would be lost); `loadertop run` forwards it in the same case.
 """
 
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
+import threading
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from loadertop.tuning.session import TuneResult
 
 USAGE_EPILOG = """\
 examples:
@@ -90,26 +100,39 @@ def main(argv: list[str]) -> int:
               file=sys.stderr)
         return 2
 
-    from loadertop import environment
-    from loadertop.tuning.output import StderrProgress, render_report
+    from loadertop.tuning.output import StderrProgress
     from loadertop.tuning.session import TuneOptions, tune
     from loadertop.tuning.trial import CannotStart, TrialSettings
 
     options = TuneOptions(listed=args.workers, max_workers=args.max_workers,
                           settings=TrialSettings(trial_s=args.trial_seconds,
                                                  start_s=args.start_seconds))
+    interrupts = threading.current_thread() is threading.main_thread()
+    # SIGINT raises KeyboardInterrupt during the trials whatever tune inherited, SIG_IGN included
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler) if interrupts else None
     try:
         result = tune(command, options, StderrProgress(command))
     except CannotStart as exc:
         print(f"loadertop tune: {exc}", file=sys.stderr)
         return 2
+    finally:
+        if interrupts and previous is not None:
+            signal.signal(signal.SIGINT, previous)
+    _print(result, args)
+    return result.exit_code
+
+
+def _print(result: TuneResult, args: argparse.Namespace) -> None:
+    from loadertop import environment
+
     if args.json:
         from loadertop.tuning.document import encode_json
 
         sys.stdout.write(encode_json(result.document).decode() + "\n")
     else:
+        from loadertop.tuning.output import render_report
+
         color = sys.stdout.isatty() and not environment.no_color(args.no_color)
         sys.stdout.write(render_report(result.document, color=color))
     if result.error:
         print(f"loadertop tune: {result.error}", file=sys.stderr)
-    return result.exit_code

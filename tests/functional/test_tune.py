@@ -41,14 +41,15 @@ TUNE_TIMEOUT_S = 120.0
 class Tune:
     """`python -m loadertop tune ARGS` in its own session, stdout and stderr in files."""
 
-    def __init__(self, tmp: Path, *args: str) -> None:
+    def __init__(self, tmp: Path, *args: str, sigint_ignored: bool = False) -> None:
         self.tmp = tmp
         self.out_path, self.err_path = tmp / "out", tmp / "err"
         with open(self.out_path, "wb") as out, open(self.err_path, "wb") as err:
             self.proc = subprocess.Popen([PY, "-m", "loadertop", "tune", *args],
                                          env=clean_env(tmp / "d"), cwd=REPO, stdout=out,
                                          stderr=err, stdin=subprocess.DEVNULL,
-                                         start_new_session=True)
+                                         start_new_session=True,
+                                         preexec_fn=_ignore_sigint if sigint_ignored else None)
 
     def wait(self, timeout: float = TUNE_TIMEOUT_S) -> int:
         try:
@@ -70,6 +71,10 @@ class Tune:
         return doc
 
 
+def _ignore_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
 @pytest.fixture
 def tmp():
     directory = short_tmpdir()
@@ -84,9 +89,9 @@ def tmp():
     shutil.rmtree(directory, ignore_errors=True)
 
 
-def tune(tmp, *args: str) -> Tune:
+def tune(tmp, *args: str, sigint_ignored: bool = False) -> Tune:
     directory, started = tmp
-    t = Tune(directory, *args)
+    t = Tune(directory, *args, sigint_ignored=sigint_ignored)
     started.append(t)
     return t
 
@@ -125,15 +130,22 @@ def test_the_override_reaches_every_loader(tmp):
     own __init__: each gets the imposed count, keeps its data whole, and 0 workers drops what
     torch refuses without workers."""
     directory, _ = tmp
+    runs = {}
+    for count in (0, 3):  # both at once: each costs a torch import
+        env = clean_env(directory / f"d{count}", LOADERTOP_TUNE_NUM_WORKERS=str(count))
+        runs[count] = subprocess.Popen(
+            [PY, "-m", "loadertop", "run", "-q", "--", PY, JOBS, "loaders",
+             "--out", str(directory / f"loaders{count}.json")], env=env, cwd=REPO,
+            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True)
     reports = {}
-    for count in (0, 3):
-        out = directory / f"loaders{count}.json"
-        env = clean_env(directory / "d", LOADERTOP_TUNE_NUM_WORKERS=str(count))
-        done = subprocess.run([PY, "-m", "loadertop", "run", "-q", "--", PY, JOBS, "loaders",
-                               "--out", str(out)], env=env, cwd=REPO, capture_output=True,
-                              text=True, timeout=90, start_new_session=True)
-        assert done.returncode == 0, done.stderr[-3000:]
-        reports[count] = json.loads(out.read_text())
+    try:
+        for count, proc in runs.items():
+            _, err = proc.communicate(timeout=90)
+            assert proc.returncode == 0, err[-3000:]
+            reports[count] = json.loads((directory / f"loaders{count}.json").read_text())
+    finally:
+        for proc in runs.values():
+            kill_group(proc)
     for name in ("map", "iterable", "subclass"):
         assert reports[0][name]["num_workers"] == 0, name
         assert reports[3][name]["num_workers"] == 3, name
@@ -189,21 +201,28 @@ def test_the_search_finds_a_known_knee(tmp):
 
 def test_a_failing_trial_is_listed_the_rest_go_on_and_ctrl_c_prints_what_was_measured(tmp):
     """One run for both (each trial costs seconds): 2 workers fail, 1 worker is measured, and
-    Ctrl-C while the third trial's program runs ends it and prints the first two."""
+    Ctrl-C while the third trial's program runs ends it and prints the first two.
+
+    The third trial's program (3 workers) hangs before its first batch: the trial waits for it
+    (--start-seconds, 60 s), so the Ctrl-C provably falls inside it — a program that ended by
+    itself (3 workers would also fail) would let tune finish with 0 first. Tune starts with
+    SIGINT ignored, as a shell's `cmd &` leaves it (to a test runner too, and Python keeps it
+    so): tune handles it all the same."""
     directory, _ = tmp
     piddir = directory / "pids"
     t = tune(tmp, "--workers", "2,1,3", *TRIAL, "--json", "--", PY, JOBS, "knee", "--slots", "2",
-             "--fail-from", "2", "--piddir", str(piddir))
+             "--fail-from", "2", "--stall-from", "3", "--piddir", str(piddir), sigint_ignored=True)
 
-    def third_trial_running():
+    def third_trial_stalled():
         assert t.proc.poll() is None, t.stderr()
-        return "trial 2: num_workers=1: " in t.stderr() and \
-            sum(1 for n in os.listdir(piddir) if n.startswith("main.")) == 3
+        return any(n.startswith("stalled.") for n in os.listdir(piddir))
 
-    wait_for(third_trial_running, 90, "the third trial's program")
-    assert "trial 1: num_workers=2: exit 1: " in t.stderr()
-    t.proc.send_signal(signal.SIGINT)
-    assert t.wait(30) == 130
+    wait_for(third_trial_stalled, 90, "the third trial's program to hang")
+    err = t.stderr()
+    assert "trial 1: num_workers=2: exit 1: " in err and "trial 2: num_workers=1: " in err, err
+    assert "trial 3: num_workers=3: " not in err, err  # its start line only
+    t.proc.send_signal(signal.SIGINT)  # a terminal's ^C reaches the same handler
+    assert t.wait(30) == 130, t.stderr()
     doc = t.document()
     assert doc["schema"] == "loadertop.tune/1" and doc["strategy"] == "listed"
     assert doc["interrupted"] is True and doc["stopped_because"] == "interrupted (Ctrl-C)"

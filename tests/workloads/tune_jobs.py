@@ -2,6 +2,7 @@
 
     python tests/workloads/tune_jobs.py knee --slots 3 --read-ms 10 [--workers 0]
     python tests/workloads/tune_jobs.py knee --fail-from 3          # fails with >= 3 workers
+    python tests/workloads/tune_jobs.py knee --stall-from 3         # hangs with >= 3 workers
     python tests/workloads/tune_jobs.py duplicates --items 64       # a non-worker-aware iterable
     python tests/workloads/tune_jobs.py loaders --out FILE          # every loader kind, reported
     python tests/workloads/tune_jobs.py no-loader [--sleep]         # imports torch, no DataLoader
@@ -13,7 +14,9 @@ reads sleep (they cost no CPU), so the knee is at K on any machine with a core t
 loop. It trains until killed (or `--seconds`).
 
 `--piddir DIR`: the main process writes `main.<pid>`, each worker `worker.<pid>` (the tests check
-that no process of a trial outlives it).
+that no process of a trial outlives it); with `--stall-from N` and N workers or more, the main
+process builds its loader, writes `stalled.<pid>` and hangs before its first batch until killed
+(a trial that provably runs: it cannot end by itself).
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ import argparse
 import json
 import multiprocessing
 import os
+import signal
 import sys
 import time
 
@@ -95,6 +99,10 @@ def knee(args) -> int:
     torch.set_num_threads(1)
     data = SlottedReads(args.slots, args.read_ms, args.piddir)
     loader = DataLoader(data, batch_size=args.batch_size, num_workers=args.workers)
+    if args.stall_from and loader.num_workers >= args.stall_from:
+        _note_pid(args.piddir, "stalled")
+        while True:  # until a signal ends it
+            signal.pause()
     end = time.monotonic() + args.seconds if args.seconds else None
     n = 0
     for _batch in loader:
@@ -170,6 +178,8 @@ def main(argv=None) -> int:
     k.add_argument("--workers", type=int, default=0, help="the program's own setting")
     k.add_argument("--seconds", type=float, default=0.0, help="stop after S s (0: when killed)")
     k.add_argument("--fail-from", type=int, default=0, help="fail with this many workers or more")
+    k.add_argument("--stall-from", type=int, default=0,
+                   help="hang before the first batch with this many workers or more")
     k.add_argument("--piddir", default=None)
     d = sub.add_parser("duplicates")
     d.add_argument("--items", type=int, default=64)
