@@ -1054,14 +1054,26 @@ def _cpu_saturation(facts: _Facts, previous: Category | None) -> tuple[list[str]
     return evidence, text
 
 
-def _fewer_workers_text(facts: _Facts) -> str:
+def _fewer_workers_target(facts: _Facts) -> tuple[int, _CpuBudget] | None:
+    """Fewer workers, as many as the measured CPU for workers holds (each using its measured
+    share of a core while it produces), when `num_workers` exceeds the cores; else None."""
     workers = facts.worker_count
-    if facts.cores is not None and workers > facts.cores:
-        budget = _cpu_budget(facts)
-        target = max(1, math.floor(budget.for_workers + 0.5))  # a worker per core left
-        return (f"num_workers={workers} exceeds the {_cores(facts.cores)} available: "
-                f"try num_workers={target} ({budget.text()})")
-    return "more workers will not help"
+    if facts.cores is None or workers <= facts.cores:
+        return None
+    budget = _cpu_budget(facts)
+    fraction, _ = facts.cpu_fraction()
+    each = max(fraction if fraction is not None else 1.0, 0.01)  # of a core, while producing
+    target = max(1, math.floor(min(budget.for_workers / each, _FLOAT_MAX) + 0.5))
+    return (target, budget) if target < workers else None
+
+
+def _fewer_workers_text(facts: _Facts) -> str:
+    fewer = _fewer_workers_target(facts)
+    if fewer is None:
+        return "more workers will not help"
+    target, budget = fewer
+    return (f"num_workers={facts.worker_count} exceeds the {_cores(facts.cores or 0)} available: "
+            f"try num_workers={target} ({budget.text()})")
 
 
 def _cpu_saturated_advice(facts: _Facts) -> list[str]:
@@ -1420,9 +1432,9 @@ def advised_num_workers(source: SourceFigures, system: SystemFigures | None) -> 
     fetch and step times are unknown). For `loadertop tune`'s first trial."""
     verdict = diagnose(source, system)
     facts = _Facts.read(source, system)
-    if verdict.category == CPU_SATURATED and facts.cores is not None \
-            and facts.worker_count > facts.cores:
-        return max(1, math.floor(_cpu_budget(facts).for_workers + 0.5))
+    if verdict.category == CPU_SATURATED:
+        fewer = _fewer_workers_target(facts)
+        return fewer[0] if fewer is not None else None
     if verdict.category not in (INPUT_BOUND_IO, INPUT_BOUND_CPU):
         return None
     if facts.uses_workers and slow_worker(source) is not None:

@@ -65,10 +65,9 @@ class TuneResult:
     error: str | None = None  # the one line to print on stderr (no DataLoader, nothing measured)
 
 
-def live_advice() -> Advice | None:
-    """`diagnosis.advised_num_workers(source, system)` where this version has it."""
-    advise = getattr(diagnosis, "advised_num_workers", None)
-    return advise if callable(advise) else None
+def live_advice() -> Advice:
+    """The live advice's worker count for a measured source (None: it advises none)."""
+    return diagnosis.advised_num_workers
 
 
 def tune(command: Sequence[str], options: TuneOptions, progress: Progress | None = None, *,

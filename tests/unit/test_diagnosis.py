@@ -1070,6 +1070,16 @@ def test_too_many_workers_for_the_cores_are_cut_to_what_fits():
                            "workers: 2 cores − 0.3 the training process = 1.7 cores)")
     assert d.advised_num_workers(src, make_system(cpu_count=2, cores_available=2.0,
                                                   cpu_percent=99.0)) == 2
+    # six workers that wait on a store (3 % of a core each) on a machine others fill: cutting
+    # them would not free a core, so no fewer count is advised (seen live in tmux)
+    waiting = input_bound(config={"num_workers": 6}, process={"cpu_cores": 0.14},
+                          workers=[worker(i, cpu_fraction=0.03, cpu_percent=3.0) for i in range(6)])
+    full = make_system(cpu_count=2, cores_available=2.0, cpu_percent=100.0,
+                       per_cpu_percent=[100.0, 100.0])
+    v = diagnose(waiting, full)
+    assert v.category == "cpu_saturated"
+    assert v.advice[0] == "more workers will not help", v.advice
+    assert d.advised_num_workers(waiting, full) is None
 
 
 _WORKER_COUNT = re.compile(r"try num_workers=(\d+)")

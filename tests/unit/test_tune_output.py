@@ -290,7 +290,7 @@ def test_the_live_advice_is_a_hint_that_may_be_missing_or_fail():
     from loadertop.tuning import session
     from loadertop.tuning.trial import TrialOutcome
 
-    assert session.live_advice() is getattr(diagnosis, "advised_num_workers", None)
+    assert session.live_advice() is diagnosis.advised_num_workers
     source = object()  # the advice reads the main loader's figures; here only passed through
     outcome = TrialOutcome(figures=trial(2, 100.0, reason="own_setting"), source=source,
                            system=None, no_loader=False, duration_s=5.0)
