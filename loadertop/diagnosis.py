@@ -166,6 +166,10 @@ NEAR_BEST = 0.05
 MORE_WORKERS_GAIN_MIN = 0.10
 # Fetch per batch this many times the earlier setting's, with more workers now: they queue.
 FETCH_ROSE_FACTOR = 1.3
+# ... and then a gain below this share of what the added workers would give if each kept its
+# earlier fetch time (2 -> 6 workers: up to +200 %) says that they mostly queue, even when the gain
+# itself is above MORE_WORKERS_GAIN_MIN (seen live: 2 -> 6 workers on a 2-slot store, +5-10 %).
+QUEUE_GAIN_SHARE = 0.25
 # The training process using this much CPU (in cores) is named as what limits the workers' CPU.
 MAIN_BUSY_CORES = 0.5
 # Disk reads at this share of the highest rate seen in the run: the disk may be at its limit.
@@ -1279,11 +1283,14 @@ def _more_did_not_help(facts: _Facts) -> _MoreDidNotHelp | None:
         return None
     best = max(fewer, key=lambda s: (s.batches_per_s, -s.num_workers))
     gain = now_rate / best.batches_per_s - 1.0
-    if gain >= MORE_WORKERS_GAIN_MIN:
-        return None
     fetch = facts.fetch_ms("mean")
     rose = fetch / best.fetch_ms if fetch is not None and best.fetch_ms else None
-    return _MoreDidNotHelp(earlier=best, gain=gain, fetch_rose=rose)
+    if gain < MORE_WORKERS_GAIN_MIN:
+        return _MoreDidNotHelp(earlier=best, gain=gain, fetch_rose=rose)
+    proportional = workers / best.num_workers - 1.0 if best.num_workers else math.inf
+    if rose is not None and rose >= FETCH_ROSE_FACTOR and gain < QUEUE_GAIN_SHARE * proportional:
+        return _MoreDidNotHelp(earlier=best, gain=gain, fetch_rose=rose)
+    return None
 
 
 def _rate_text(rate: float, batch_size: int | None) -> str:
@@ -1296,11 +1303,17 @@ def _more_did_not_help_advice(facts: _Facts, seen: _MoreDidNotHelp, kind: str) -
     earlier, batch_size = seen.earlier, facts.source.config.batch_size
     now_rate = _finite(facts.source.batches_per_s) or 0.0
     sign = "+" if seen.gain >= 0 else "−"
-    advice = [f"num_workers={earlier.num_workers} gave as much: "
+    as_much = "as much" if seen.gain < MORE_WORKERS_GAIN_MIN else "nearly as much"
+    advice = [f"num_workers={earlier.num_workers} gave {as_much}: "
               f"{_rate_text(earlier.batches_per_s, batch_size)} with "
               f"{_workers(earlier.num_workers)} earlier in this run, "
               f"{_rate_text(now_rate, batch_size)} now with {_workers(facts.worker_count)} "
               f"({sign}{_pct(abs(seen.gain))}): more workers do not help here"]
+    if seen.gain >= MORE_WORKERS_GAIN_MIN and earlier.num_workers:
+        ratio = facts.worker_count / earlier.num_workers
+        advice.append(f"{_fmt(ratio)} × the workers would give up to "
+                      f"+{_pct(ratio - 1.0)} if each kept its earlier fetch time: the knee lies "
+                      f"between {earlier.num_workers} and {facts.worker_count}")
     if seen.fetch_rose is not None and seen.fetch_rose >= FETCH_ROSE_FACTOR and \
             earlier.fetch_ms is not None:
         fraction, _ = facts.cpu_fraction()

@@ -132,7 +132,7 @@ def store_experiment():
     an 8 s one across both); then the count the advice names runs again."""
     (store,) = run_group(((*STORE, "--workers", 2, "--then-workers", 6, "--then-after", 4.0),
                           {"duration": 9.0, "snapshots": (SNAP_S, 8.0)}))
-    names = [int(n) for n in re.findall(r"^num_workers=(\d+) gave as much",
+    names = [int(n) for n in re.findall(r"^num_workers=(\d+) gave (?:nearly )?as much",
                                         store.source(1)["diagnosis"]["advice"][0])]
     after = run_group(((*STORE, "--workers", names[0]), {}))[0] if names else None
     return store, names, after

@@ -988,6 +988,21 @@ def test_fewer_workers_that_gave_as_much_are_the_advice():
     rising = msgspec.structs.replace(
         src, earlier_settings=(msgspec.convert(earlier(2, 20.0, 40.0), document.SettingFigures),))
     assert "gave as much" not in text(diagnose(rising, system))
+    # +12 % for 3 x the workers, the fetch time 3 x as long: they mostly queue (seen live)
+    queueing = msgspec.structs.replace(
+        src, earlier_settings=(msgspec.convert(earlier(2, 44.6, 40.0), document.SettingFigures),))
+    v = diagnose(queueing, system)
+    assert v.advice[0].startswith("num_workers=2 gave nearly as much: 178 samples/s with 2 workers "
+                                  "earlier in this run, 200 samples/s now with 6 workers (+12 %)")
+    assert v.advice[1] == ("3 × the workers would give up to +200 % if each kept its earlier fetch "
+                           "time: the knee lies between 2 and 6")
+    assert "try num_workers" not in text(v)
+    assert d.advised_num_workers(queueing, system) is None
+    # the same gain with the fetch time unchanged: the workers did not queue, so no such claim
+    steady = msgspec.structs.replace(
+        queueing, workers=tuple(msgspec.structs.replace(w, fetch_ms=Stats(
+            mean=40.0, p50=40.0, p95=40.0, p99=40.0, max=40.0)) for w in queueing.workers))
+    assert "gave nearly as much" not in text(diagnose(steady, system))
     # a different batch size is another experiment
     other = msgspec.structs.replace(src, earlier_settings=(
         msgspec.convert(earlier(2, 49.0, 40.0, batch_size=8), document.SettingFigures),))
