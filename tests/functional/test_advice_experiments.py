@@ -5,8 +5,11 @@ advice asks for more only conditionally and points to `loadertop tune`; the prog
 its loader with 6 workers (one viewer watching both phases) and the advice says that 2 gave as
 much, with the fetch time that rose. The claim is checked by the loop's own clock (`train.py`'s
 `phases`, after a 1 s warm-up): 6 were no faster than 2, and the 2 it names, run again, are as
-fast as the 6. (The cpu, io and main-process cases follow their advice in `test_e2e_diagnosis.py`,
-on the same runs whose verdicts are judged there.)
+fast as the 6.
+
+And the main process as the limit: batches of 64 unstacked tensors, 2 workers — the advice says more
+workers will not help; 4, run alone as the 2 were, are no faster. (The cpu and io cases follow
+their advice in `test_e2e_diagnosis.py`, on the same runs whose verdicts are judged there.)
 
 When the figures look wrong *and* other processes took a sizeable share of the CPU meanwhile, the
 test is skipped with the figures (a shared CI runner), not failed."""
@@ -29,6 +32,7 @@ SNAP_S = 3.0
 FOREIGN_CORES_TOLERATED = 0.3
 FLAT = 1.15  # "did not rise": at most this factor where the advice said more would not help
 
+MAIN = ("--kind", "cheap", "--batch-size", 64, "--list-batches")
 STORE = ("--kind", "store", "--ms", 5, "--store-slots", 2, "--batch-size", 4, "--step-ms", 2)
 TRY = re.compile(r"^(?:use workers at all: )?try num_workers=(\d+)")
 
@@ -166,3 +170,24 @@ def test_a_store_serving_two_reads_at_once_more_workers_do_not_help(store_experi
     check_or_skip(phase6 <= FLAT * phase2, f"store: 6 workers {phase6} vs 2 {phase2}", store)
     check_or_skip(rerun >= phase6 / FLAT, f"store: the advised 2 gave {rerun} vs 6 {phase6}",
                   store, after)
+
+
+@pytest.fixture(scope="module")
+def main_experiment():
+    (before,) = run_group(((*MAIN, "--workers", 2), {"snapshots": (SNAP_S,)}))
+    (after,) = run_group(((*MAIN, "--workers", 4), {}))
+    return before, after
+
+
+def test_main_process_bound_more_workers_do_not_help(main_experiment):
+    before, after = main_experiment
+    src = before.source()
+    advice = src["diagnosis"]["advice"]
+    check_or_skip(src["diagnosis"]["category"] == "main_process_bound",
+                  f"main: {src['diagnosis']}", before)
+    assert any(a.startswith("more workers will not help") for a in advice), advice
+    assert not any(TRY.match(a) for a in advice), advice
+    gain = after.rate() / before.rate()
+    print(f"\nmain: advice {advice!r}\n  before {figures(before)}\n  after (4 workers) "
+          f"{figures(after)}\n  ×{gain:.2f}")
+    check_or_skip(gain <= FLAT, f"main: 4 workers gave ×{gain:.2f}", before, after)

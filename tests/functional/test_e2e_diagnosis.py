@@ -13,11 +13,11 @@ workload disturbs another's verdict on a 2-core machine:
 4. four CPU-burning workers plus a busy loop (cpu_saturated), alone, so that the saturation is
    its own doing.
 
-Three of them are then followed by an experiment (issue 15; the store case, a loader re-created
-with more workers, is in `test_advice_experiments.py`): the advice is read, the same job runs again,
+Two of them are then followed by an experiment (issue 15; the main-process and store cases are
+in `test_advice_experiments.py`): the advice is read, the same job runs again,
 alone, with the setting it implies, and the throughput the loop itself measured (train.py's
 `phases`, after a 1 s warm-up) is compared — it must rise where more workers were advised (cpu,
-io) and must not where the advice said more would not help (main).
+io).
 
 The verdicts that depend on free CPU (io, cpu, compute) are only as good as the machine is quiet:
 while a snapshot runs, the CPU used by processes that are not ours is measured, and when the verdict
@@ -64,7 +64,6 @@ EXPECTED = {"io": "input_bound_io", "compute": "compute_bound", "exit": "stalled
 CPU_SENSITIVE = {"io", "compute", "cpu"}
 AFTER_S = 4.5  # an experiment's second run: 1 s of warm-up (not counted), then its rate
 ROSE = 1.4  # "rose by a meaningful margin": at least this factor where more workers were advised
-FLAT = 1.15  # "did not rise": at most this factor where the advice said more would not help
 TRY = re.compile(r"^(?:use workers at all: )?try num_workers=(\d+)")
 
 
@@ -276,35 +275,42 @@ def _advised(src: dict) -> int | None:
     return int(found.group(1)) if found else None
 
 
+def _alone(name: str, workers: int) -> tuple[float | None, dict]:
+    """WORKLOADS[name] with `workers`, alone on the machine: the loop's own rate, the load."""
+    args = list(WORKLOADS[name])
+    args[args.index("--workers") + 1] = workers
+    pool = WorkloadPool()
+    try:
+        wl = pool(*args, "--duration", AFTER_S)
+        meter = CpuMeter()
+        wl.wait_discovery()
+        meter.start([wl.pid, os.getpid()])
+        wl.wait_status(lambda st: st.get("t", 0) - st.get("started_at", 0) >= AFTER_S - 0.5
+                       or st.get("phase") == "done", timeout=AFTER_S + 30, what="the run's end")
+        load = meter.stop([wl.pid, os.getpid()])
+        assert wl.wait(30) == 0, wl.stderr()[-3000:]
+        return _loop_rate(wl.status()), load
+    finally:
+        pool.close()
+
+
 @pytest.fixture(scope="module")
 def experiments(verdicts):
-    """The cpu, io and main jobs again, each alone: cpu and io with the count their advice named,
-    main with twice its workers (its advice: more will not help)."""
+    """The cpu and io jobs again, alone, with the count their advice named (compared with their run
+    above, whose neighbours are light). The main-process case is in test_advice_experiments.py:
+    there the main process is the limit, a neighbour's CPU moves its rate by 20 % (measured here:
+    631 batches/s beside the hang job, 800 alone), so both of its runs are alone."""
     out = {}
-    for name in ("cpu", "io", "main"):
+    for name in ("cpu", "io"):
         src, _ = _verdict_of(verdicts[name], 1)
-        count = _advised(src) if name != "main" else 2 * src["config"]["num_workers"]
+        count = _advised(src)
         if count is None:
             out[name] = {"advice": src["diagnosis"]["advice"], "count": None}
             continue
-        args = list(WORKLOADS[name])
-        args[args.index("--workers") + 1] = count
-        pool = WorkloadPool()
-        try:
-            wl = pool(*args, "--duration", AFTER_S)
-            meter = CpuMeter()
-            wl.wait_discovery()
-            meter.start([wl.pid, os.getpid()])
-            wl.wait_status(lambda st: st.get("t", 0) - st.get("started_at", 0) >= AFTER_S - 0.5
-                           or st.get("phase") == "done", timeout=AFTER_S + 30, what="the run's end")
-            load = meter.stop([wl.pid, os.getpid()])
-            assert wl.wait(30) == 0, wl.stderr()[-3000:]
-            after = _loop_rate(wl.status())
-        finally:
-            pool.close()
-        before = _loop_rate(verdicts[name]["status"])
+        after, load = _alone(name, count)
+        before, before_load = _loop_rate(verdicts[name]["status"]), verdicts[name]["snaps"]["load"]
         out[name] = {"advice": src["diagnosis"]["advice"], "count": count, "before": before,
-                     "after": after, "load": load, "before_load": verdicts[name]["snaps"]["load"]}
+                     "after": after, "load": load, "before_load": before_load}
     return out
 
 
@@ -347,12 +353,3 @@ def test_io_bound_the_advised_count_pays_where_the_storage_serves_it(verdicts, e
     assert f"if the storage serves {e['count']} reads at once" in advice[0], advice
     assert any("loadertop tune" in a for a in advice), advice
     _judge(gain >= ROSE, f"io: num_workers={e['count']} gave ×{gain:.2f} ({e})", e)
-
-
-def test_main_process_bound_more_workers_do_not_help(verdicts, experiments):
-    _check_category("main", verdicts)
-    e, gain = _experiment(experiments, "main")
-    advice = e["advice"]
-    assert any(a.startswith("more workers will not help") for a in advice), advice
-    assert not any(TRY.match(a) for a in advice), advice
-    _judge(gain <= FLAT, f"main: num_workers={e['count']} gave ×{gain:.2f} ({e})", e)
