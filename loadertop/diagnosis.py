@@ -911,7 +911,7 @@ def _input_bound_verdict(facts: _Facts, wait_line: str, previous: Category | Non
 
     who = "the workers" if facts.uses_workers else "the main process, fetching itself,"
     if io_bound:
-        advice = [slow_worker_advice(slow)] if slow is not None else _io_advice(facts)
+        advice = [slow_worker_advice(slow)] if slow is not None else _worker_count_advice(facts, "io")
         return _verdict(INPUT_BOUND_IO,
                         f"{waits} for data; {who} wait{'s' if not facts.uses_workers else ''} "
                         "on storage or network",
@@ -923,7 +923,7 @@ def _input_bound_verdict(facts: _Facts, wait_line: str, previous: Category | Non
         cores_text = f" ({_cores(facts.cores)} available)" if facts.cores else ""
         evidence.append(f"CPU {_pct_value(busy)} busy{cores_text}")
     computes = "the workers compute" if facts.uses_workers else "the main process fetches itself"
-    advice = [slow_worker_advice(slow)] if slow is not None else _cpu_advice(facts)
+    advice = [slow_worker_advice(slow)] if slow is not None else _worker_count_advice(facts, "cpu")
     return _verdict(INPUT_BOUND_CPU, f"{waits} for data; {computes} and CPU is left",
                     evidence + io_lines + gpu_lines, advice + _stage_advice(facts))
 
@@ -1225,14 +1225,20 @@ class _WorkerPlan:
         return f"fetch {_ms(self.fetch_ms)} a batch {where}, step {_ms(self.step_ms)}"
 
 
-def _worker_plan(facts: _Facts, kind: str) -> _WorkerPlan | None:
+def _worker_limit(facts: _Facts) -> int | None:
+    """The most workers ever advised: IO_WORKERS_PER_CORE_MAX per core (None: cores unknown)."""
+    if facts.cores is None:
+        return None
+    return max(1, math.floor(min(IO_WORKERS_PER_CORE_MAX * facts.cores, _FLOAT_MAX)))
+
+
+def _worker_plan(facts: _Facts) -> _WorkerPlan | None:
     """None when fetch or step time is unknown."""
     fetch, step = facts.fetch_ms("mean"), _stat(facts.source.step_ms, "mean")
     if fetch is None or step is None or fetch <= 0:
         return None
     budget = _cpu_budget(facts) if facts.cores is not None else None
-    limit = max(1, math.floor(min(IO_WORKERS_PER_CORE_MAX * facts.cores, _FLOAT_MAX))) \
-        if facts.cores is not None else None
+    limit = _worker_limit(facts)
     cpu_max = budget.max_batches_per_s() if budget is not None else None
     step_max = 1000.0 / max(step, 1e-3)
 
@@ -1360,12 +1366,11 @@ def _worker_count_advice(facts: _Facts, kind: str) -> list[str]:
     if seen is not None:
         return [*_more_did_not_help_advice(facts, seen, kind), cheaper]
 
-    plan = _worker_plan(facts, kind)
+    plan = _worker_plan(facts)
     rate_now = _finite(facts.source.batches_per_s)
     advice: list[str] = []
     if plan is None:
-        limit = max(1, math.floor(min(IO_WORKERS_PER_CORE_MAX * facts.cores, _FLOAT_MAX))) \
-            if facts.cores is not None else None
+        limit = _worker_limit(facts)
         target = max(2 * workers, workers + 1)
         if limit is not None:
             target = min(target, limit)
@@ -1431,14 +1436,6 @@ def _worker_count_advice(facts: _Facts, kind: str) -> list[str]:
     return advice
 
 
-def _io_advice(facts: _Facts) -> list[str]:
-    return _worker_count_advice(facts, "io")
-
-
-def _cpu_advice(facts: _Facts) -> list[str]:
-    return _worker_count_advice(facts, "cpu")
-
-
 def advised_num_workers(source: SourceFigures, system: SystemFigures | None) -> int | None:
     """The worker count the live advice would have the user try for `source`, or None when it
     advises none (the loader is not input-bound, more workers are not predicted to help, or
@@ -1454,5 +1451,5 @@ def advised_num_workers(source: SourceFigures, system: SystemFigures | None) -> 
         return None
     if _more_did_not_help(facts) is not None:
         return None
-    plan = _worker_plan(facts, "io" if verdict.category == INPUT_BOUND_IO else "cpu")
+    plan = _worker_plan(facts)
     return plan.count if plan is not None else None
