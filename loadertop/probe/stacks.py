@@ -143,7 +143,8 @@ def trim_dump_file(path: str) -> None:
 
 
 def remove_worker_files(stack_dir: str, pid: int) -> None:
-    for name in (f"{pid}.txt", f"{pid}.py.txt"):
+    # .py.txt.tmp: a worker killed between writing its Python stack and renaming it leaves one
+    for name in (f"{pid}.txt", f"{pid}.py.txt", f"{pid}.py.txt.tmp"):
         try:
             os.unlink(os.path.join(stack_dir, name))
         except OSError:
