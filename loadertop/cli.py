@@ -12,7 +12,7 @@ import sys
 
 from loadertop._version import __version__
 
-SUBCOMMANDS = ("snapshot", "run", "tune", "demo", "keys")
+SUBCOMMANDS = ("snapshot", "run", "tune", "record", "replay", "report", "demo", "keys")
 
 DESCRIPTION = """\
 top for PyTorch input pipelines: live DataLoader wait times, queue, workers, the machine,
@@ -22,6 +22,12 @@ commands:
   loadertop [ENDPOINT ...]              the live viewer (default: every instrumented process found)
   loadertop snapshot [--json] [--seconds S] [ENDPOINT ...]
                                         watch S seconds, print one report and exit
+  loadertop snapshot --from FILE [--at S] [--json]
+                                        the report as it stood S seconds into a recording
+  loadertop record [-o FILE] [--seconds S] [--max-size SIZE] [ENDPOINT ...]
+                                        record what the viewer receives to FILE (Ctrl-C stops)
+  loadertop replay FILE                 a recording in the live viewer (space, arrows, < >)
+  loadertop report FILE [-o OUT.html]   a self-contained HTML report with plots of a recording
   loadertop run [--] COMMAND ...        run COMMAND with every DataLoader instrumented
   loadertop tune [--workers LIST | --max-workers N] [--trial-seconds S] [--json] [--] COMMAND ...
                                         find the best num_workers for COMMAND by running it
@@ -48,7 +54,55 @@ def _viewer_parser() -> argparse.ArgumentParser:
                    help="print one report instead of the live screen (also when not a terminal)")
     p.add_argument("--seconds", type=float, default=3.0, metavar="S",
                    help="with --once: how long to watch (default 3)")
+    p.add_argument("--record", metavar="FILE", default=None,
+                   help="also record what is received to FILE (as `loadertop record` does)")
+    p.add_argument("--max-size", metavar="SIZE", default=None,
+                   help="with --record: stop recording at this size (e.g. 500M)")
     _add_key_options(p)
+    return p
+
+
+def _record_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="loadertop record",
+        description="Record every message a viewer receives (with its receive time) to FILE, "
+                    "until Ctrl-C, SIGTERM, --seconds or --max-size. Watch it later with "
+                    "`loadertop replay FILE`, `loadertop snapshot --from FILE` or `loadertop report FILE`.")
+    p.add_argument("endpoints", nargs="*", metavar="ENDPOINT")
+    p.add_argument("-o", "--output", metavar="FILE", default=None,
+                   help="where to write (default: loadertop-DATE-TIME.ltrec here); never overwritten")
+    p.add_argument("--seconds", type=float, default=None, metavar="S", help="stop after S seconds")
+    p.add_argument("--max-size", metavar="SIZE", default=None,
+                   help="stop before the file passes SIZE (bytes, or 500K, 200M, 2G)")
+    _add_key_options(p)
+    return p
+
+
+def _replay_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="loadertop replay",
+        description="Play a recording in the live viewer: space pause, ←/→ seek 10 s (shift: 60 s), "
+                    "home/end, </> speed. The verdicts are today's loadertop's, from the recorded messages.")
+    p.add_argument("file", metavar="FILE")
+    p.add_argument("--speed", type=float, default=1.0, metavar="X", help="playback speed (default 1)")
+    p.add_argument("--refresh", type=float, default=1.0, metavar="S",
+                   help="seconds between screen refreshes (default 1)")
+    p.add_argument("--window", type=float, default=3.0, metavar="S",
+                   help="seconds of history behind each figure (default 3)")
+    p.add_argument("--no-color", action="store_true", help="no colours (also: NO_COLOR=1)")
+    return p
+
+
+def _report_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="loadertop report",
+        description="Write one self-contained HTML file (opens offline) with plots of a recording "
+                    "over time, its findings and its final summary: something to attach to a bug report.")
+    p.add_argument("file", metavar="FILE")
+    p.add_argument("-o", "--output", metavar="OUT.html", default=None,
+                   help="where to write (default: FILE with .html)")
+    p.add_argument("--window", type=float, default=3.0, metavar="S",
+                   help="seconds of history behind each plotted figure (default 3)")
     return p
 
 
@@ -58,7 +112,13 @@ def _snapshot_parser() -> argparse.ArgumentParser:
         description="Watch for S seconds, print one report (or the JSON document) and exit.")
     p.add_argument("endpoints", nargs="*", metavar="ENDPOINT")
     p.add_argument("--json", action="store_true", help="print the loadertop.snapshot/1 document")
-    p.add_argument("--seconds", type=float, default=3.0, metavar="S", help="watch this long (default 3)")
+    p.add_argument("--seconds", type=float, default=3.0, metavar="S",
+                   help="watch this long (default 3); with --from: the window before the point")
+    p.add_argument("--from", dest="from_file", metavar="FILE", default=None,
+                   help="read a recording (`loadertop record`) instead of live endpoints")
+    p.add_argument("--at", type=float, default=None, metavar="S",
+                   help="with --from: S seconds into the recording (negative: before its end; "
+                        "default: the end)")
     _add_key_options(p)
     return p
 
@@ -104,6 +164,18 @@ def _dispatch(argv: list[str]) -> int:
             from loadertop.commands import tune
 
             return tune.main(rest)
+        if command == "record":
+            from loadertop.commands import record
+
+            return record.main(_record_parser().parse_args(rest))
+        if command == "replay":
+            from loadertop.commands import replay
+
+            return replay.main(_replay_parser().parse_args(rest))
+        if command == "report":
+            from loadertop.commands import report
+
+            return report.main(_report_parser().parse_args(rest))
         if command == "demo":
             from loadertop.commands import demo
 

@@ -56,3 +56,43 @@ def watch(sub, seconds: float) -> None:
 
 def print_error(message: str) -> None:
     print(f"loadertop: {message}", file=sys.stderr)
+
+
+def load_recording(path: str):
+    """(Recording, None) with at least one frame, or (None, the one-line error). The notes on what
+    could not be read (a torn tail) go to stderr: the rest is still shown."""
+    from loadertop.recording.file import RecordingError, read
+
+    try:
+        recording = read(path)
+    except RecordingError as exc:
+        return None, str(exc)
+    for note in recording.notes:
+        print_error(f"{path}: {note}")
+    if not recording.frames:
+        return None, f"{path}: the recording holds no messages (nothing was received while it ran)"
+    return recording, None
+
+
+def playback_of(recording, window_s: float):
+    """A Playback of `recording`, or None (with the line printed) when no source is in it."""
+    from loadertop import wire
+    from loadertop.recording.playback import Playback
+
+    readable = 0
+    for frame in recording.frames:
+        try:
+            msg = wire.decode(frame.frame)
+        except wire.WireError:
+            continue
+        readable += 1
+        if isinstance(msg, wire.LoaderReport):
+            return Playback(recording, window_s=window_s)
+    if not readable:
+        print_error(f"{recording.path}: none of its {len(recording.frames)} messages is readable by "
+                    f"this loadertop (wire schema {wire.SCHEMA_VERSION}; recorded by loadertop "
+                    f"{recording.header.loadertop_version or '?'})")
+    else:
+        print_error(f"{recording.path}: the recording holds no loader (only machine figures): "
+                    "no instrumented loader was iterating while it ran")
+    return None

@@ -27,10 +27,46 @@ def take(endpoint_args: list[str], seconds: float, *, key=None,
         sub.close()
 
 
+def from_recording(path: str, at: float | None, window_s: float) -> tuple[Document | None, str | None]:
+    """(the document at `at` seconds into the recording (negative: before its end; None: the
+    end), None) or (None, error message)."""
+    from loadertop.commands.common import load_recording, playback_of
+
+    recording, error = load_recording(path)
+    if recording is None:
+        return None, error
+    playback = playback_of(recording, window_s)
+    if playback is None:
+        return None, None  # already said
+    length = playback.end - playback.start
+    if at is None:
+        t = playback.end
+    else:
+        offset = at if at >= 0 else length + at
+        if not 0 <= offset <= length + 1e-6:
+            return None, (f"--at {at:g}: the recording is {length:.1f} s long "
+                          f"(give 0..{length:.1f}, or a negative offset from its end)")
+        t = playback.start + offset
+    return playback.document_at(t), None
+
+
 def main(args) -> int:
     if args.seconds <= 0:
         print_error("--seconds must be positive")
         return 2
+    if args.at is not None and args.from_file is None:
+        print_error("--at needs --from FILE")
+        return 2
+    if args.from_file is not None:
+        if args.endpoints:
+            print_error("--from FILE reads a recording: give no ENDPOINT with it")
+            return 2
+        doc, error = from_recording(args.from_file, args.at, args.seconds)
+        if doc is None:
+            if error:
+                print_error(error)
+            return 1
+        return _print(doc, args.json)
     try:
         doc, error = take(args.endpoints, args.seconds, key=args.key, server_key=args.server_key)
     except UsageError as exc:
@@ -39,7 +75,11 @@ def main(args) -> int:
     if doc is None:
         print_error(error)
         return 1
+    return _print(doc, args.json)
+
+
+def _print(doc: Document, as_json: bool) -> int:
     from loadertop.viewer.report import render_json, render_text
 
-    sys.stdout.write(render_json(doc) + "\n" if args.json else render_text(doc))
+    sys.stdout.write(render_json(doc) + "\n" if as_json else render_text(doc))
     return 0

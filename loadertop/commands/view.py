@@ -13,7 +13,17 @@ MIN_REFRESH_S = 0.05
 EXIT_SIGNALS = (signal.SIGTERM, signal.SIGHUP)  # leave the screen in order on these
 
 
+RECORD_POLL_S = 0.5  # while recording, drain (and so flush) at least this often: "at most a second"
+
+
 def main(args) -> int:
+    if args.max_size is not None and args.record is None:
+        print_error("--max-size goes with --record FILE")
+        return 2
+    if args.record is not None and (not sys.stdout.isatty() or args.once):
+        print_error("--record goes with the live screen; without one: "
+                    f"`loadertop record -o {args.record}`")
+        return 2
     if not sys.stdout.isatty() or args.once:
         from loadertop.commands import snapshot
 
@@ -28,11 +38,34 @@ def main(args) -> int:
     except UsageError as exc:
         print_error(str(exc))
         return 2
-    return run_app(sub, refresh_s=args.refresh, no_color=environment.no_color(args.no_color))
+    if args.record is None:
+        return run_app(sub, refresh_s=args.refresh, no_color=environment.no_color(args.no_color))
+    from loadertop.commands.record import open_writer, size_text
+
+    try:
+        writer = open_writer(args.record, args.max_size, ["loadertop", *sys.argv[1:]])
+    except UsageError as exc:
+        sub.close()
+        print_error(str(exc))
+        return 2
+    sub.recorder = writer
+
+    def recording_note() -> str:
+        if writer.full:
+            return f"● recording stopped at --max-size {args.max_size}: {args.record}"
+        return f"● recording to {args.record} ({size_text(writer.written)})"
+
+    try:
+        return run_app(sub, refresh_s=args.refresh, no_color=environment.no_color(args.no_color),
+                       note=recording_note, poll_s=RECORD_POLL_S)
+    finally:
+        writer.close()
+        print(f"loadertop: recorded {writer.frames} messages to {args.record} "
+              f"({size_text(writer.written)})", file=sys.stderr)
 
 
 def run_app(sub, *, refresh_s: float, no_color: bool,
-            note: Callable[[], str | None] | None = None) -> int:
+            note: Callable[[], str | None] | None = None, poll_s: float | None = None) -> int:
     """The TUI on `sub` until the user quits; the subscriber is closed afterwards.
 
     `note`: a line of context for the header, asked once per refresh (the demo's phase).
@@ -43,7 +76,8 @@ def run_app(sub, *, refresh_s: float, no_color: bool,
 
     feed = NetworkFeed(sub)
     try:
-        app = LoadertopApp(feed, refresh_s=refresh_s, no_color=no_color, note=note)
+        extra = {"poll_s": min(poll_s, refresh_s)} if poll_s is not None else {}
+        app = LoadertopApp(feed, refresh_s=refresh_s, no_color=no_color, note=note, **extra)
 
         def exit_app(signum, frame) -> None:
             app.exit()

@@ -305,9 +305,12 @@ class LoadertopApp(App[None]):
 
     # ------------------------------------------------------------------ actions
 
+    #: Lines of keys a variant of the app adds to the help (the replay's).
+    EXTRA_KEYS_HELP = ""
+
     def action_help(self) -> None:
         if not isinstance(self.screen, HelpScreen):
-            self.push_screen(HelpScreen(REFRESH_STEPS))
+            self.push_screen(HelpScreen(REFRESH_STEPS, self.EXTRA_KEYS_HELP))
 
     def action_findings(self) -> None:
         if not isinstance(self.screen, FindingsScreen):

@@ -14,6 +14,7 @@ import zmq
 from loadertop import discovery, wire
 from loadertop.document import Document
 from loadertop.endpoints import is_ipv6
+from loadertop.recording.file import RecordingWriter
 from loadertop.viewer.model import Model
 
 RCVHWM = 10000
@@ -35,6 +36,7 @@ class Subscriber:
         self.sockets: dict[str, zmq.Socket] = {}
         self.by_socket: dict[zmq.Socket, str] = {}
         self._next_scan = 0.0
+        self.recorder: RecordingWriter | None = None  # set by `record` and `--record`
         if self.discover:
             model.discovery_dir = str(self.directory)
         for endpoint in endpoints or ():
@@ -100,8 +102,13 @@ class Subscriber:
                     except wire.WireError as exc:
                         self.model.reject(exc.reason)
                         continue
-                    self.model.ingest(msg, self.clock(), endpoint)
+                    now = self.clock()
+                    self.model.ingest(msg, now, endpoint)
+                    if self.recorder is not None:  # the valid frame as it came: `loadertop record`
+                        self.recorder.add(frame, now, endpoint)
             events = self.poller.poll(0)
+        if self.recorder is not None:
+            self.recorder.flush_if_due()
         return count
 
     def close(self) -> None:

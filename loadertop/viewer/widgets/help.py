@@ -25,7 +25,7 @@ HELP_TEXT = """\
   tab, ]        next source        shift+tab, \\[   previous source
   o             overview: all sources (ranks, train/val) in one table
   c m f i       sort workers by CPU %, RSS, fetch p50, id (again: reverse)
-
+{extra_keys}
 [b]Reading the screen[/b]
 {reading}
 
@@ -37,19 +37,21 @@ HELP_TEXT = """\
 """
 
 
-def help_text(refresh_steps: Sequence[float]) -> str:
-    """The help as Textual markup (square brackets in the figures' text are escaped)."""
+def help_text(refresh_steps: Sequence[float], extra_keys: str = "") -> str:
+    """The help as Textual markup (square brackets in the figures' text are escaped);
+    `extra_keys`: lines that follow the keys (a replay's)."""
     reading = reading_the_screen().replace("[", "\\[")
     return HELP_TEXT.format(steps="/".join(f"{s:g}" for s in refresh_steps), reading=reading,
+                            extra_keys=extra_keys,
                             categories=categories_help(), findings=findings_help())
 
 
 class HelpScreen(ModalScreen[None]):
     BINDINGS = [Binding("escape,q,question_mark", "app.pop_screen", "Close", show=True)]
 
-    def __init__(self, refresh_steps: Sequence[float]) -> None:
+    def __init__(self, refresh_steps: Sequence[float], extra_keys: str = "") -> None:
         super().__init__()
-        self._text = help_text(refresh_steps)
+        self._text = help_text(refresh_steps, extra_keys)
 
     def compose(self) -> ComposeResult:
         yield Static(self._text, id="help")
