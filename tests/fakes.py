@@ -1007,3 +1007,36 @@ def shm_low_doc() -> Document:
     """A healthy loop in a container whose /dev/shm (64 MiB) is nearly full: shm_low, the
     machine's own finding (`source` None)."""
     return _one([LoaderSim()], [ShmMachineSim()])
+
+
+# --------------------------------------------------------------------------- recordings
+
+
+class _RecordingSink:
+    """Stands in for a Scenario's Model: what it would ingest is written to a recording instead,
+    encoded as the probe encodes it (`wire.encode`), with the time the viewer received it."""
+
+    def __init__(self, writer: Any) -> None:
+        self.writer = writer
+
+    def ingest(self, msg: wire.Message, now: float, endpoint: str | None = None) -> None:
+        self.writer.add(wire.encode(msg), now, endpoint)
+
+
+def write_recording(path: Any, scenario: Scenario, start: float, end: float, *,
+                    close: bool = True, **run: Any) -> Any:
+    """Record what `scenario` sends in (start, end] to `path` (a real RecordingWriter); returns
+    the writer (closed unless `close=False`)."""
+    from loadertop.recording.file import RecordingWriter
+
+    writer = RecordingWriter(str(path), argv=["loadertop", "record", "-o", str(path)])
+    scenario.model = _RecordingSink(writer)  # type: ignore[assignment]
+    scenario.run(start, end, **run)
+    if close:
+        writer.close()
+    return writer
+
+
+def io_bound_scenario() -> Scenario:
+    """The loop of `io_bound_history` waiting on storage, as a Scenario to record."""
+    return Scenario([_io_loader()], [_io_machine()])

@@ -27,6 +27,7 @@ import os
 import struct
 import time
 import zlib
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Annotated
 
@@ -105,7 +106,7 @@ class RecordingWriter:
     """
 
     def __init__(self, path: str, *, argv: list[str] | None = None, max_bytes: int | None = None,
-                 clock=time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self.path = path
         self.max_bytes = max_bytes
         self._clock = clock
@@ -268,7 +269,8 @@ def read(path: str) -> Recording:
         recording.notes.append(f"the compressed data is corrupt after some point ({exc}); "
                                "what comes before it is shown")
         body = _inflate_prefix(data[offset:])
-    _parse_records(body, recording)
+    if data[offset:]:
+        _parse_records(body, recording)
     return recording
 
 
@@ -313,7 +315,7 @@ def _parse_records(body: bytes, recording: Recording) -> None:
             recording.endpoints.append(entry.endpoint)
         else:
             recording.end_reason = entry.reason
-    if recording.end_reason is None and recording.frames:
+    if recording.end_reason is None and (recording.frames or not recording.notes):
         recording.notes.append("no end mark: the recorder was killed (or still runs); "
                                "everything it had flushed is here")
 

@@ -36,6 +36,7 @@ class Playback:
         self.window_s = window_s
         self.frames: list[Frame] = recording.frames
         self._times = [f.received_at for f in self.frames]
+        self.ingested = 0  # frames fed to a model so far (a far seek feeds only REBUILD_S of them)
         self.start = self._times[0]
         self.end = self._times[-1]
         self._reset(self.start)
@@ -60,6 +61,7 @@ class Playback:
                 model.reject(exc.reason)
                 continue
             model.ingest(msg, f.received_at, f.endpoint)
+        self.ingested += i - self._next
         self._next = i
 
     def document_at(self, t: float) -> Document:

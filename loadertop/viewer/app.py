@@ -278,7 +278,8 @@ class LoadertopApp(App[None]):
                 note = f"note unavailable: {exc!r}"
         self._header.show(self.document, self._current_source(), now=self._clock(),
                           paused=self.paused, refresh_s=self.refresh_s,
-                          selected=self.selected, compact=self.compact, note=note)
+                          selected=self.selected, compact=self.compact, note=note,
+                          replay=self.REPLAY)
 
     def _current_source(self) -> Source | None:
         sources = self.document.sources if self.document is not None else ()
@@ -305,6 +306,8 @@ class LoadertopApp(App[None]):
 
     # ------------------------------------------------------------------ actions
 
+    #: A recording's replay: the header says "live then", not "live".
+    REPLAY = False
     #: Lines of keys a variant of the app adds to the help (the replay's).
     EXTRA_KEYS_HELP = ""
 

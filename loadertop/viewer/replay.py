@@ -116,6 +116,7 @@ class ReplayApp(LoadertopApp):
         Binding("greater_than_sign", "speed(1)", "Faster", show=False),
     ]
 
+    REPLAY = True
     EXTRA_KEYS_HELP = (
         "  [b]replay[/b]        space pause/play · ←/→ seek 10 s (shift: 60 s) · home/end\n"
         f"                < / > speed ({'/'.join(f'{s:g}' for s in SPEEDS)}×)\n")

@@ -136,3 +136,28 @@ def test_findings_in_overview(snap_compare, size):
     """The overview counts each source's findings; the shown one points at the others'."""
     assert snap_compare(make_app(fakes.findings_multi_source_doc()), terminal_size=SIZES[size],
                         run_before=keys("o"))
+
+
+@pytest.mark.parametrize("size", SIZES)
+def test_replay(snap_compare, size, tmp_path):
+    """A recording of the I/O-bound job, 40 s into it at double speed: the replay line under the
+    header, "live then", the graphs of the 10 s before the point."""
+    from loadertop.recording.file import read
+    from loadertop.recording.playback import Playback
+    from loadertop.viewer.replay import ReplayApp
+
+    path = tmp_path / "io.ltrec"
+    fakes.write_recording(path, fakes.io_bound_scenario(), fakes.T0 - 90.0, fakes.T0)
+    wall = [0.0]
+    app = ReplayApp(Playback(read(str(path))), "train-2026-12-01.ltrec", wall=lambda: wall[0],
+                    refresh_s=3600.0)
+
+    async def run_before(pilot) -> None:
+        await pilot.pause()
+        await pilot.press("right", "right", "right", "greater_than_sign")
+        for _ in range(5):
+            wall[0] += 1.0
+            pilot.app.tick()
+        await pilot.pause()
+
+    assert snap_compare(app, terminal_size=SIZES[size], run_before=run_before)

@@ -26,9 +26,9 @@ from loadertop.viewer.widgets.theme import (
 )
 
 
-def freshness(src: Source | None, viewer: ViewerStatus | None) -> Span:
+def freshness(src: Source | None, viewer: ViewerStatus | None, replay: bool = False) -> Span:
     """live / no data for N s / disconnected / waiting for data — from the model's `age_s` and
-    `viewer.connected`."""
+    `viewer.connected`; in a replay, as it was at that point of the recording."""
     if src is None and (viewer is None or not viewer.received):
         return ("waiting for data", DIM)  # nothing ever arrived: not a disconnection
     age = src.age_s if src is not None else None
@@ -39,7 +39,7 @@ def freshness(src: Source | None, viewer: ViewerStatus | None) -> Span:
         return ("waiting for data", DIM)
     if age >= STALE_AFTER_S:
         return (f"● no data for {age:.0f} s", f"bold {WARN}")
-    return ("● live", f"bold {OK}")
+    return ("● live then" if replay else "● live", f"bold {OK}")
 
 
 def waiting_for(doc: Document | None) -> str | None:
@@ -63,6 +63,7 @@ class HeaderState:
     selected: int
     compact: bool
     note: str | None
+    replay: bool = False
 
 
 class HeaderBar(LineWidget):
@@ -71,8 +72,9 @@ class HeaderBar(LineWidget):
         self._state: HeaderState | None = None
 
     def show(self, doc: Document | None, src: Source | None, *, now: float, paused: bool,
-             refresh_s: float, selected: int, compact: bool, note: str | None = None) -> None:
-        self._state = HeaderState(doc, src, now, paused, refresh_s, selected, compact, note)
+             refresh_s: float, selected: int, compact: bool, note: str | None = None,
+             replay: bool = False) -> None:
+        self._state = HeaderState(doc, src, now, paused, refresh_s, selected, compact, note, replay)
         self.update_lines()
 
     def build(self, width: int) -> list[Line]:
@@ -97,7 +99,7 @@ class HeaderBar(LineWidget):
         right += [(f"⟳ {st.refresh_s:g} s ", DIM),
                   (time.strftime("%H:%M:%S", time.localtime(st.now)), "bold")]
 
-        status: list[Span] = [freshness(src, viewer)]
+        status: list[Span] = [freshness(src, viewer, st.replay)]
         if src is not None:
             status += [sep, ("up ", DIM), (fmt_duration(st.now - src.started_at), ""), sep,
                        ("dropped ", DIM), (str(src.dropped), WARN if src.dropped else "")]
