@@ -52,6 +52,8 @@ def _entry_points():
     (["-h"], "usage: loadertop"),
     (["--version"], f"loadertop {loadertop.__version__}"),
     (["snapshot", "--help"], "usage: loadertop snapshot"),
+    (["record", "--help"], "usage: loadertop record"),
+    (["replay", "--help"], "usage: loadertop replay"),
 ])
 def test_answers_without_importing_torch(entry, args, expect):
     proc = _run(entry + args, PYTHONPROFILEIMPORTTIME="1")
@@ -99,6 +101,10 @@ def test_unknown_option_is_a_usage_error_without_traceback():
     "loadertop.viewer.report",
     "loadertop.viewer.app",
     "loadertop.commands.snapshot",
+    "loadertop.commands.record",
+    "loadertop.commands.replay",
+    "loadertop.recording.playback",
+    "loadertop.viewer.replay",
     "loadertop.system",
 ])
 def test_viewer_side_modules_leave_torch_out(module):
