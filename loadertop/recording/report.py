@@ -196,10 +196,14 @@ def _source_section(timeline: Timeline, src: SourceSeries, start_words: str) -> 
         plots.source_figure(timeline, src, start_words), f"plot-loader-{index}",
         f"The training loop's share of time blocked in <code>next()</code>, the {rate} it got, and "
         f"its verdict, each over the {timeline.window_s:g} s before the point."))
+    if len(src.workers) > plots.MAX_WORKER_LINES:
+        drawn = ("the median of the workers' p50 (line) and the range from the fastest worker's "
+                 "to the slowest's (shade)")
+    else:
+        drawn = "its median (thick) and 95th percentile (thin)"
     parts.append(_figure(
         plots.workers_figure(timeline, src, start_words), f"plot-workers-{index}",
-        "Each worker's time to fetch one batch's items (collate excluded): the median (thick) and "
-        "the 95th percentile (thin) over the window."))
+        f"Each worker's time to fetch one batch's items (collate excluded) over the window: {drawn}."))
     return "\n".join(parts)
 
 

@@ -318,3 +318,18 @@ def test_help_and_the_command_module_do_not_import_matplotlib():
             "bad = [m for m in ('matplotlib', 'torch', 'textual') if m in sys.modules]; "
             "assert not bad, bad")
     subprocess.run([sys.executable, "-c", code], check=True, cwd=REPO)
+
+
+def test_many_workers_are_drawn_as_their_median_and_range(tmp_path):
+    path = tmp_path / "many.ltrec"
+    count = plots.MAX_WORKER_LINES + 2
+    loader = LoaderSim(workers=[WorkerSim(fetch_p50_ms=40.0 + 10 * i) for i in range(count)])
+    rec = Recorder(path, [loader], [MachineSim()])
+    rec.run(T0, T0 + 6)
+    rec.close()
+    recording = read(str(path))
+    page = html_report(recording, series.timeline(Playback(recording)))
+    svg = _figure(page, "plot-workers-0")
+    assert f"<!-- median of {count} workers -->" in svg  # its legend's words
+    assert "<!-- worker 0 -->" not in svg
+    assert "the range from the fastest worker's to the slowest's" in page
