@@ -252,7 +252,10 @@ def _finding(timeline: Timeline, seen: SeenFinding, src: SourceSeries | None) ->
              else " · the machine")
     if f.worker is not None:
         about += f" · worker {f.worker}"
-    since = f"since {_e(_elapsed(timeline, f.since))} ({_e(_clock(f.since))})"
+    if f.since < timeline.start - 1.0:  # its condition held before the recording began
+        since = f"since before the recording ({_e(_clock(f.since))})"
+    else:
+        since = f"since {_e(_elapsed(timeline, f.since))} ({_e(_clock(f.since))})"
     until = (f", listed until {_e(_elapsed(timeline, seen.last_seen))}"
              if seen.last_seen < timeline.end else ", still listed at the end")
     out = [f'<div class="finding" {_colour_var(colour)}>',
