@@ -8,6 +8,9 @@ where it counts as pressure), the freshness and "blocked" marks from `loadertop.
 few purely visual choices (when a bar turns yellow before red, when a silent feed is called
 disconnected) are named constants below, with their reason.
 
+The category and severity tables (words, colours) are `loadertop.viewer.palette`'s, re-exported
+here: the HTML report shares them and must not import this package (its `__init__` imports Textual).
+
 Pure: no Textual. Colours are Rich style strings (ANSI names or hex: Textual converts ANSI through
 its theme, and hex is never a failed colour lookup).
 """
@@ -19,44 +22,23 @@ from collections.abc import Sequence
 from typing import Any, NamedTuple
 
 from loadertop import diagnosis
-from loadertop.document import SEVERITIES, Category, Finding, FindingKind, Severity
+from loadertop.document import SEVERITIES, Finding, FindingKind
 from loadertop.viewer import model
+
+# The category and severity tables live in `viewer.palette` (shared with the HTML report, which
+# must not import Textual); the screen's modules keep importing them from here.
+from loadertop.viewer.palette import ACCENT as ACCENT
+from loadertop.viewer.palette import BAD, CATEGORY_STYLES, DIM, OK, WARN
+from loadertop.viewer.palette import NO_DIAGNOSIS as NO_DIAGNOSIS
+from loadertop.viewer.palette import ORANGE as ORANGE
+from loadertop.viewer.palette import SEVERITY_STYLES as SEVERITY_STYLES
+from loadertop.viewer.palette import CategoryStyle as CategoryStyle
+from loadertop.viewer.palette import SeverityStyle as SeverityStyle
+from loadertop.viewer.palette import category_style as category_style
+from loadertop.viewer.palette import severity_style as severity_style
 from loadertop.viewer.units import MISSING, fmt_bytes
 
 # --------------------------------------------------------------------------- colours
-
-OK, WARN, BAD, DIM, ACCENT = "green", "yellow", "red", "#9e9e9e", "cyan"
-ORANGE = "#ff8700"
-
-
-class CategoryStyle(NamedTuple):
-    words: str  # what the banner, the loader panel's title and the overview say
-    colour: str  # Rich colour of the words
-    level: str  # the banner's CSS class suffix: ok / warn / bad / none
-
-
-#: Each diagnosis category (CONTRACT §4) as the screen names and colours it; keyed by the
-#: diagnosis' own constants (a test checks the key set is `diagnosis.CATEGORIES`).
-CATEGORY_STYLES: dict[Category, CategoryStyle] = {
-    diagnosis.COMPUTE_BOUND: CategoryStyle("Healthy: compute-bound", OK, "ok"),
-    diagnosis.INPUT_BOUND_IO: CategoryStyle("Input-bound: waiting on I/O", WARN, "warn"),
-    diagnosis.INPUT_BOUND_CPU: CategoryStyle("Input-bound: workers CPU-limited", WARN, "warn"),
-    diagnosis.MAIN_PROCESS_BOUND: CategoryStyle("Main-process-bound", ORANGE, "warn"),
-    diagnosis.CPU_SATURATED: CategoryStyle("CPU saturated", BAD, "bad"),
-    diagnosis.MEMORY_PRESSURE: CategoryStyle("Memory pressure", BAD, "bad"),
-    diagnosis.STALLED: CategoryStyle("Stalled", BAD, "bad"),
-    diagnosis.IDLE: CategoryStyle("Idle", DIM, "none"),
-    diagnosis.INSUFFICIENT_DATA: CategoryStyle("Gathering data", DIM, "none"),
-}
-NO_DIAGNOSIS = CategoryStyle("No diagnosis yet", DIM, "none")
-
-
-def category_style(category: str | None) -> CategoryStyle:
-    if category is None:
-        return NO_DIAGNOSIS
-    found = CATEGORY_STYLES.get(category)  # type: ignore[call-overload]
-    return found or CategoryStyle(category.replace("_", " "), DIM, "none")
-
 
 #: Source states (CONTRACT §3) → colour of the state word; "crashed" is a finished source whose
 #: loop ended with an exception (`report.shown_state`).
@@ -64,21 +46,6 @@ STATE_COLOURS: dict[str, str] = {"running": OK, "waiting": WARN, "stalled": f"bo
                                  "gone": BAD, "crashed": f"bold {BAD}"}
 
 # --------------------------------------------------------------------------- findings
-
-
-class SeverityStyle(NamedTuple):
-    glyph: str  # told apart without colour too (--no-color, NO_COLOR)
-    colour: str
-    word: str  # the findings list's heading word
-
-
-#: Each finding severity (CONTRACT §5) as the screen marks it; a test checks the key set is
-#: `document.SEVERITIES`.
-SEVERITY_STYLES: dict[Severity, SeverityStyle] = {
-    "critical": SeverityStyle("✖", BAD, "CRITICAL"),
-    "warning": SeverityStyle("▲", WARN, "WARNING"),
-    "info": SeverityStyle("●", ACCENT, "INFO"),
-}
 
 #: Each finding kind (CONTRACT §5) as the screen names it; the text report and the document keep
 #: the kind itself. A test checks the key set is `document.FINDING_KINDS`.
@@ -99,10 +66,6 @@ FINDING_WORDS: dict[FindingKind, str] = {
 #: The kinds whose finding carries a stack that the screen shows under the banner, the first of
 #: them in this order: a hung worker's stack says why the loop waits, so it goes first.
 HANG_KINDS: tuple[FindingKind, ...] = ("worker_hung", "loop_hung")
-
-
-def severity_style(severity: str) -> SeverityStyle:
-    return SEVERITY_STYLES.get(severity) or SeverityStyle("●", DIM, severity.upper())  # type: ignore[call-overload]
 
 
 def finding_words(kind: str) -> str:
