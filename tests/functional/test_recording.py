@@ -49,6 +49,13 @@ def _frames(path) -> int:
         return 0
 
 
+def _last_received(path) -> float:
+    try:
+        return read(str(path)).end or 0.0
+    except Exception:
+        return 0.0
+
+
 def _tui_in_a_pty(directory, *args: str) -> tuple[subprocess.Popen, int]:
     """The live TUI in a real pseudo-terminal of 120×40 (its output read and dropped)."""
     leader, follower = pty.openpty()
@@ -87,7 +94,7 @@ def test_a_recording_says_what_the_live_viewers_said(workload, tmp_path):
     endpoint = job.entry()["endpoint"]
     recorded = tmp_path / "job.ltrec"
     tui_recorded = tmp_path / "tui.ltrec"
-    recorder = subprocess.Popen(loadertop_cmd("record", "-o", str(recorded), "--seconds", "30"),
+    recorder = subprocess.Popen(loadertop_cmd("record", "-o", str(recorded)),
                                 env=clean_env(job.dir), cwd=REPO, stdin=subprocess.DEVNULL,
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     tui, tty = _tui_in_a_pty(job.dir, "--record", str(tui_recorded), endpoint)
@@ -97,6 +104,8 @@ def test_a_recording_says_what_the_live_viewers_said(workload, tmp_path):
         doc = check_document(live.document())
         wait_for(lambda: (_drain(tty), _frames(tui_recorded) >= 12)[1], 30,
                  "the TUI's recording")
+        wait_for(lambda: _last_received(recorded) >= doc.taken_at, 30,
+                 "the recording to pass the live snapshot's moment")
     finally:
         recorder.send_signal(signal.SIGINT)  # Ctrl-C: a clean stop with an end mark
         tui.send_signal(signal.SIGTERM)  # what a closed terminal or `kill` does
