@@ -163,7 +163,7 @@ def test_a_recorder_killed_mid_write_loses_at_most_its_last_second(workload, tmp
     # a tear inside the last record (a kill in the middle of a write) is skipped with a note
     torn = tmp_path / "torn.ltrec"
     data = recorded.read_bytes()
-    torn.write_bytes(data[:-3])
+    torn.write_bytes(data[:-100])  # inside the last flush's compressed block
     for path in (recorded, torn):
         result = _run(job.dir, "snapshot", "--json", "--from", str(path))
         assert result.returncode == 0, result.stderr
@@ -171,7 +171,11 @@ def test_a_recorder_killed_mid_write_loses_at_most_its_last_second(workload, tmp
         doc = json.loads(result.stdout)
         check_document(doc, recent=False)
         assert source_of(doc, job.pid)["batches_total"] > 0
+    report = _run(job.dir, "report", str(torn), "-o", str(tmp_path / "torn.html"))
+    assert report.returncode == 0, report.stderr
+    assert "cut off" in report.stderr and "Traceback" not in report.stderr
+    assert "<svg" in (tmp_path / "torn.html").read_text()
     torn_rec = read(str(torn))
-    assert len(torn_rec.frames) >= len(rec.frames) - 1 and torn_rec.notes
+    assert len(rec.frames) - 3 <= len(torn_rec.frames) < len(rec.frames) and torn_rec.notes
     playback = Playback(torn_rec)  # what replay plays
     assert playback.document_at(playback.end).sources
