@@ -3,8 +3,10 @@
 `loadertop.document`'s types).
 
 Everything is real: workloads are `tests/workloads/train.py` in their own process (own session, so
-the whole process group, workers included, is killed at teardown), viewers are `python -m
-loadertop ...` subprocesses. Synchronisation is by polling with a deadline, never a fixed sleep.
+the whole process group, workers included, is killed at teardown), forked by a zygote that imported
+torch once (`tests/workloads/zygote.py`: `import torch` is 3.4 s of CPU here, and the functional
+suite starts dozens of jobs), viewers are `python -m loadertop ...` subprocesses. Synchronisation
+is by polling with a deadline, never a fixed sleep.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import json
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -102,11 +105,114 @@ def lt_dir():
 
 
 # --------------------------------------------------------------------------- workloads
+class _Zygote:
+    """`tests/workloads/zygote.py`, started once per test process on first use: it has imported
+    torch, and forks each workload from there (see that module for what differs from a fresh
+    `python train.py`). LOADERTOP_TEST_ZYGOTE=0 starts every workload fresh."""
+
+    def __init__(self) -> None:
+        self.dir = short_tmpdir()
+        self.path = str(self.dir / "zygote.sock")
+        self.proc = subprocess.Popen(
+            [sys.executable, str(WORKLOADS / "zygote.py"), self.path], cwd=REPO,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"}, stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE, stderr=None, start_new_session=True)
+        line = self.proc.stdout.readline()  # blocks until torch is imported and it listens
+        if line.strip() != b"ready":
+            raise RuntimeError(f"the workload zygote did not start (exit {self.proc.wait()})")
+
+    def spawn(self, argv: list[str], env: dict, cwd: Path, stdout: Path, stderr: Path) -> ForkedProcess:
+        conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        conn.connect(self.path)
+        request = {"argv": argv, "env": env, "cwd": str(cwd), "stdout": str(stdout),
+                   "stderr": str(stderr)}
+        conn.sendall(json.dumps(request).encode() + b"\n")
+        return ForkedProcess(conn)
+
+    def close(self) -> None:
+        kill_group(self.proc)
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+_zygote: _Zygote | None = None
+
+
+def _the_zygote() -> _Zygote | None:
+    global _zygote
+    if os.environ.get("LOADERTOP_TEST_ZYGOTE", "1") == "0":
+        return None
+    if _zygote is None or _zygote.proc.poll() is not None:
+        _zygote = _Zygote()
+    return _zygote
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _close_the_zygote():
+    yield
+    if _zygote is not None:
+        _zygote.close()
+
+
+class ForkedProcess:
+    """What `subprocess.Popen` offers the tests (pid, poll, wait, returncode, send_signal, kill)
+    for a workload the zygote forked: its exit status comes back on the request's connection."""
+
+    def __init__(self, conn: socket.socket) -> None:
+        self._conn = conn
+        self._buffer = b""
+        self.returncode: int | None = None
+        self.pid = self._read_message(None)["pid"]
+
+    def _read_message(self, timeout: float | None) -> dict:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while b"\n" not in self._buffer:
+            left = None if deadline is None else max(0.0, deadline - time.monotonic())
+            self._conn.settimeout(left)
+            try:
+                chunk = self._conn.recv(4096)
+            except (TimeoutError, BlockingIOError):  # a timeout of 0 is a non-blocking recv
+                raise subprocess.TimeoutExpired(["zygote child", str(getattr(self, "pid", "?"))],
+                                                timeout) from None
+            if not chunk:
+                raise RuntimeError("the workload zygote went away")
+            self._buffer += chunk
+        line, self._buffer = self._buffer.split(b"\n", 1)
+        return json.loads(line)
+
+    def poll(self) -> int | None:
+        if self.returncode is None:
+            try:
+                self.returncode = self._read_message(0.0)["returncode"]
+            except subprocess.TimeoutExpired:
+                return None
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        if self.returncode is None:
+            self.returncode = self._read_message(timeout)["returncode"]
+        return self.returncode
+
+    def send_signal(self, sig: int) -> None:
+        if self.returncode is None:
+            try:
+                os.kill(self.pid, sig)
+            except ProcessLookupError:
+                pass
+
+    def kill(self) -> None:
+        self.send_signal(signal.SIGKILL)
+
+    def terminate(self) -> None:
+        self.send_signal(signal.SIGTERM)
+
+
 class Workload:
     """`tests/workloads/train.py ARGS` in its own session, with its own LOADERTOP_DIR."""
 
     def __init__(self, *args: str, directory: Path | None = None, env: dict | None = None,
-                 script: Path = TRAIN) -> None:
+                 script: Path = TRAIN, fresh: bool = False) -> None:
+        """`fresh`: a new `python script ...` even where the zygote could fork it (a test that
+        reads the process's command line)."""
         self.dir = Path(directory) if directory is not None else short_tmpdir()
         self._own_dir = directory is None
         self.work = Path(tempfile.mkdtemp(prefix="w", dir=self.dir))
@@ -120,8 +226,13 @@ class Workload:
         self.env = clean_env(self.dir, **(env or {}))
         self._out = open(self.work / "stdout", "wb")
         self._err = open(self.work / "stderr", "wb")
-        self.proc = subprocess.Popen(cmd, env=self.env, stdout=self._out, stderr=self._err,
-                                     stdin=subprocess.DEVNULL, cwd=REPO, start_new_session=True)
+        zygote = None if fresh else _the_zygote()
+        self.proc: subprocess.Popen | ForkedProcess
+        if zygote is not None:
+            self.proc = zygote.spawn(cmd[1:], self.env, REPO, self.work / "stdout", self.work / "stderr")
+        else:
+            self.proc = subprocess.Popen(cmd, env=self.env, stdout=self._out, stderr=self._err,
+                                         stdin=subprocess.DEVNULL, cwd=REPO, start_new_session=True)
         self.pid = self.proc.pid
 
     # ---- what the workload tells

@@ -252,11 +252,13 @@ def test_discovery_entry_lifecycle(workload):
     """The entry appears once a loader runs and disappears at exit: normal, exception, SIGTERM."""
     # 600 batches of >= 5 ms: the finite ones must still be running while the test reads all
     # three entries in turn (with 60 they sometimes ended before their entry was looked at).
+    # fresh: a real `python train.py`, whose command line the entry carries (a forked one
+    # would carry the zygote's)
     normal = workload("--kind", "cheap", "--workers", 1, "--step-ms", 5, "--batches", 600,
-                      "--duration", 60)
+                      "--duration", 60, fresh=True)
     raising = workload("--kind", "cheap", "--workers", 1, "--step-ms", 5, "--batches", 600,
-                       "--duration", 60, "--end", "raise")
-    termed = workload("--kind", "cheap", "--workers", 1, "--step-ms", 5, "--duration", 60)
+                       "--duration", 60, "--end", "raise", fresh=True)
+    termed = workload("--kind", "cheap", "--workers", 1, "--step-ms", 5, "--duration", 60, fresh=True)
     for wl in (normal, raising, termed):
         entry = wl.wait_discovery()
         assert entry["pid"] == wl.pid
