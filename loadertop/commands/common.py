@@ -96,3 +96,13 @@ def playback_of(recording, window_s: float):
         print_error(f"{recording.path}: the recording holds no loader (only machine figures): "
                     "no instrumented loader was iterating while it ran")
     return None
+
+
+def open_playback(path: str, window_s: float):
+    """The Playback of the recording at `path`, or None once the reason is printed (one line;
+    notes on a torn tail first)."""
+    recording, error = load_recording(path)
+    if recording is None:
+        print_error(error)
+        return None
+    return playback_of(recording, window_s)

@@ -7,7 +7,7 @@ import os
 import sys
 import time
 
-from loadertop.commands.common import load_recording, playback_of, print_error
+from loadertop.commands.common import open_playback, print_error
 
 
 def output_path(recording_path: str, output: str | None) -> str:
@@ -33,13 +33,10 @@ def main(args) -> int:
     if os.path.exists(out) and os.path.exists(args.file) and os.path.samefile(out, args.file):
         print_error(f"{out}: that is the recording itself; give another -o OUT.html")
         return 2
-    recording, error = load_recording(args.file)
-    if recording is None:
-        print_error(error)
-        return 1
-    playback = playback_of(recording, args.window)
+    playback = open_playback(args.file, args.window)
     if playback is None:
         return 1
+    recording = playback.recording
     from loadertop.recording.report import build
 
     started = time.monotonic()

@@ -30,12 +30,9 @@ def take(endpoint_args: list[str], seconds: float, *, key=None,
 def from_recording(path: str, at: float | None, window_s: float) -> tuple[Document | None, str | None]:
     """(the document at `at` seconds into the recording (negative: before its end; None: the
     end), None) or (None, error message)."""
-    from loadertop.commands.common import load_recording, playback_of
+    from loadertop.commands.common import open_playback
 
-    recording, error = load_recording(path)
-    if recording is None:
-        return None, error
-    playback = playback_of(recording, window_s)
+    playback = open_playback(path, window_s)
     if playback is None:
         return None, None  # already said
     length = playback.end - playback.start

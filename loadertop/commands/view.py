@@ -77,17 +77,22 @@ def run_app(sub, *, refresh_s: float, no_color: bool,
     feed = NetworkFeed(sub)
     try:
         extra = {"poll_s": min(poll_s, refresh_s)} if poll_s is not None else {}
-        app = LoadertopApp(feed, refresh_s=refresh_s, no_color=no_color, note=note, **extra)
-
-        def exit_app(signum, frame) -> None:
-            app.exit()
-
-        previous = {s: signal.signal(s, exit_app) for s in EXIT_SIGNALS}
-        try:
-            app.run()
-        finally:
-            for s, handler in previous.items():
-                signal.signal(s, handler)
+        run_until_exit(LoadertopApp(feed, refresh_s=refresh_s, no_color=no_color, note=note, **extra))
     finally:
         feed.close()
     return 0
+
+
+def run_until_exit(app) -> None:
+    """Run a Textual app until the user quits; SIGTERM and SIGHUP (a `kill`, a closed terminal)
+    make it exit as `q` does, so the terminal is left in order."""
+
+    def exit_app(signum, frame) -> None:
+        app.exit()
+
+    previous = {s: signal.signal(s, exit_app) for s in EXIT_SIGNALS}
+    try:
+        app.run()
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
