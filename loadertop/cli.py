@@ -12,7 +12,7 @@ import sys
 
 from loadertop._version import __version__
 
-SUBCOMMANDS = ("snapshot", "run", "tune", "record", "replay", "report", "demo", "keys")
+SUBCOMMANDS = ("snapshot", "run", "attach", "tune", "record", "replay", "report", "demo", "keys")
 
 DESCRIPTION = """\
 top for PyTorch input pipelines: live DataLoader wait times, queue, workers, the machine,
@@ -29,6 +29,9 @@ commands:
   loadertop replay FILE                 a recording in the live viewer (space, arrows, < >)
   loadertop report FILE [-o OUT.html]   a self-contained HTML report with plots of a recording
   loadertop run [--] COMMAND ...        run COMMAND with every DataLoader instrumented
+  loadertop attach [--listen ENDPOINT] PID
+                                        instrument a running job started without loadertop
+  loadertop attach --detach PID         undo it
   loadertop tune [--workers LIST | --max-workers N] [--trial-seconds S] [--json] [--] COMMAND ...
                                         find the best num_workers for COMMAND by running it
   loadertop demo                        a synthetic training job with the viewer on it
@@ -123,6 +126,37 @@ def _snapshot_parser() -> argparse.ArgumentParser:
     return p
 
 
+def _attach_parser() -> argparse.ArgumentParser:
+    from loadertop.attach import EXIT_CODES
+
+    codes = ", ".join(f"{code} {kind}" for kind, code in EXIT_CODES.items())
+    p = argparse.ArgumentParser(
+        prog="loadertop attach",
+        description="Instrument the DataLoaders of a running training process that was started "
+                    "without loadertop, from their next batch on (needs ptrace permission over "
+                    "PID, and gdb below Python 3.14); --detach undoes it. Watch it with "
+                    "`loadertop` or `loadertop snapshot`.",
+        epilog=f"exit codes: 0 done, 2 usage, {codes}")
+    p.add_argument("pid", type=int, metavar="PID")
+    p.add_argument("--detach", action="store_true",
+                   help="restore the original methods, say goodbye, stop the publisher thread")
+    p.add_argument("--listen", metavar="ENDPOINT", default=None, type=_listen_endpoint,
+                   help="publish on ENDPOINT (tcp://HOST:PORT, HOST:PORT or PORT) instead of a "
+                        "private socket in the discovery directory")
+    p.add_argument("--timeout", type=float, default=10.0, metavar="S",
+                   help="how long the job's main thread may take to reach Python code (default 10)")
+    return p
+
+
+def _listen_endpoint(text: str) -> str:
+    from loadertop import endpoints
+
+    try:
+        return str(endpoints.parse_listen(text))
+    except endpoints.EndpointError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 def _add_key_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--key", metavar="FILE", default=None,
                    help="this viewer's secret key file (CurveZMQ), from `loadertop keys`")
@@ -160,6 +194,10 @@ def _dispatch(argv: list[str]) -> int:
             from loadertop.commands import run
 
             return run.main(rest)
+        if command == "attach":
+            from loadertop.commands import attach
+
+            return attach.main(_attach_parser().parse_args(rest))
         if command == "tune":
             from loadertop.commands import tune
 

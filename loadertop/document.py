@@ -232,7 +232,7 @@ class StageFigures(_Figures, frozen=True, kw_only=True):
     batch per 10 ms timed in the loop). `handoff_ms` and `wait_split` rest on the batches the probe
     could pair with the moment their worker produced them (`batches_paired`); `unpaired` says why
     none could be (`in_order_false`, `iterable_ended`, `unreadable`, `lost_count`, `overflow`,
-    `inconsistent`) — the figures are then None, never a guess. `tensors_per_batch` and
+    `inconsistent`, `workers_unhooked`) — the figures are then None, never a guess. `tensors_per_batch` and
     `bytes_per_batch` describe a recently sampled batch (workers only).
     """
 

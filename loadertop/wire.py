@@ -159,7 +159,7 @@ class StageReport(msgspec.Struct, frozen=True):
     With workers, each batch the loop received is paired with the stamp its worker took when the
     batch was produced; ``handoff_us`` and the two sums cover the paired batches only.
     ``unpaired`` says why no batch could be paired (``in_order_false``, ``iterable_ended``,
-    ``unreadable``, ``overflow``) — the viewer then shows ``null``, never a guess. With
+    ``unreadable``, ``overflow``, ``workers_unhooked``) — the viewer then shows ``null``, never a guess. With
     ``num_workers=0`` the loop fetches itself: one batch per ``LOOP_CPU_SAMPLE_NS`` is timed
     stage by stage, and ``fetch_us``/``collate_us`` hold those samples.
     """

@@ -239,6 +239,10 @@ def _find_or_create(loader, probe, frame):
             return (pid, record, publisher.worker_endpoint)
     site = _call_site(frame)
     key = (pid,) + site if site else None
+    # Named first: on CPython < 3.13 reading a frame's f_locals refreshes a snapshot dict kept on
+    # the frame, and the one left by naming this site's previous loader still holds that loader
+    # (`val_loader = DataLoader(...)` each epoch): refreshed, it lets it go.
+    name = guess_name(loader, frame)
     if key is not None:
         previous = _by_call_site.get(key)
         if previous is not None and previous._loader_ref() is None:
@@ -246,7 +250,7 @@ def _find_or_create(loader, probe, frame):
             previous._loader_ref = weakref.ref(loader)
             publisher.ensure_registered(previous)
             return (pid, previous, publisher.worker_endpoint)
-    record = publisher.register(loader, publisher.unique_name(guess_name(loader, frame)))
+    record = publisher.register(loader, publisher.unique_name(name))
     if key is not None:
         _by_call_site[key] = record
     return (pid, record, publisher.worker_endpoint)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import threading
 import time
+import types
 
 from loadertop import environment
 from loadertop.probe.publisher import get_publisher, warn_once
@@ -34,7 +35,7 @@ class _InstrumentedIterator:
 
     def __init__(self, inner, record: LoaderRecord) -> None:
         self._inner = inner
-        self._next = inner.__next__
+        self._next = _unmeasured_next(inner)
         self._rec = record
         self._append = record.events.append
 
@@ -59,6 +60,14 @@ class _InstrumentedIterator:
 
     def __getattr__(self, name):
         return getattr(self._inner, name)
+
+
+def _unmeasured_next(inner):
+    """`inner.__next__`, minus `loadertop attach`'s class-level timing of torch's iterators
+    (probe/attach.py) when it is installed: this wrapper measures, once."""
+    bound = inner.__next__
+    original = getattr(bound, "_loadertop_original", None)
+    return types.MethodType(original, inner) if original is not None else bound
 
 
 class _SingleProcessIterator(_InstrumentedIterator):

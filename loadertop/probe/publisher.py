@@ -29,6 +29,7 @@ import sys
 import threading
 import time
 import weakref
+from pathlib import Path
 
 import psutil
 
@@ -76,18 +77,29 @@ def warn_once(message: str) -> None:
             pass
 
 
-def get_publisher(endpoint: str | None = None) -> Publisher:
-    """The process's publisher, created on first use (and again in a forked child); `endpoint`
-    only matters to the call that creates it."""
+def get_publisher(endpoint: str | None = None, *, directory: str | None = None,
+                  sigterm_cleanup: bool = True) -> Publisher:
+    """The process's publisher, created on first use (and again in a forked child); `endpoint`,
+    `directory` and `sigterm_cleanup` only matter to the call that creates it (`loadertop attach`
+    passes the attaching side's discovery directory, and leaves the target's SIGTERM alone)."""
     global _publisher
     with _lock:
         if _publisher is None or _publisher.pid != os.getpid():
-            _publisher = Publisher(endpoint)
+            _publisher = Publisher(endpoint, directory=directory, sigterm_cleanup=sigterm_cleanup)
         return _publisher
 
 
+def forget_publisher(publisher: Publisher) -> None:
+    """`loadertop attach --detach`: the next get_publisher() makes a new one (after close())."""
+    global _publisher
+    with _lock:
+        if _publisher is publisher:
+            _publisher = None
+
+
 class Publisher:
-    def __init__(self, endpoint: str | None = None) -> None:
+    def __init__(self, endpoint: str | None = None, *, directory: str | None = None,
+                 sigterm_cleanup: bool = True) -> None:
         self.pid = os.getpid()
         self.host = socket.gethostname()
         self.rank = environment.rank()
@@ -102,7 +114,8 @@ class Publisher:
         self._names: set[str] = set()
         self._by_name: dict[str, LoaderRecord] = {}  # the latest record given each name
         self._records_lock = threading.Lock()
-        self.directory = discovery.discovery_dir()
+        self.directory = Path(directory) if directory else discovery.discovery_dir()
+        self._sigterm_cleanup = sigterm_cleanup
         # Given: instrument(endpoint=) or LOADERTOP_ENDPOINT, checked when the publisher starts.
         self.requested_endpoint = endpoint or environment.endpoint()
         self._endpoint_given = bool(endpoint)
@@ -233,7 +246,8 @@ class Publisher:
         self._thread = threading.Thread(target=self._run, name="loadertop-publisher", daemon=True)
         self._thread.start()
         atexit.register(self.close)
-        _install_sigterm_cleanup()
+        if self._sigterm_cleanup:
+            _install_sigterm_cleanup()
 
     def close(self, timeout: float = 1.0) -> None:
         """At exit: say goodbye, remove the discovery entry. Bounded by `timeout` seconds."""

@@ -93,6 +93,8 @@ class LoaderRecord:
         self.error: wire.LoopError | None = None  # the last exception out of next() this epoch
         self._error_new = False
         self._loop_thread: int | None = None  # the thread that iterates (its stack for loop_hung)
+        # Workers started before `loadertop attach` (no worker hook: no fetch samples, ever).
+        self.unhooked_pids: set[int] = set()
         # --- identity ---
         self.name = name
         self.source = source
@@ -197,7 +199,9 @@ class LoaderRecord:
             return None
         pids = [pid for _, pid, _ in self._worker_procs]
         unpaired = None
-        if getattr(iterator, "_in_order", True) is False:
+        if self.unhooked_pids.intersection(pids):
+            unpaired = "workers_unhooked"  # started before `loadertop attach`: they send nothing
+        elif getattr(iterator, "_in_order", True) is False:
             unpaired = "in_order_false"
         elif len(pids) != self.config.num_workers or None in pids:
             unpaired = "unreadable"

@@ -46,6 +46,7 @@ UNPAIRED_WORDS = {
     "lost_count": "batch count lost",
     "overflow": "too many pending",
     "inconsistent": "inconsistent stamps",
+    "workers_unhooked": "workers predate attach",
 }
 
 

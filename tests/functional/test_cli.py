@@ -54,6 +54,7 @@ def _entry_points():
     (["snapshot", "--help"], "usage: loadertop snapshot"),
     (["record", "--help"], "usage: loadertop record"),
     (["replay", "--help"], "usage: loadertop replay"),
+    (["attach", "--help"], "usage: loadertop attach"),
 ])
 def test_answers_without_importing_torch(entry, args, expect):
     proc = _run(entry + args, PYTHONPROFILEIMPORTTIME="1")
@@ -103,6 +104,8 @@ def test_unknown_option_is_a_usage_error_without_traceback():
     "loadertop.commands.snapshot",
     "loadertop.commands.record",
     "loadertop.commands.replay",
+    "loadertop.commands.attach",
+    "loadertop.attach.inject",
     "loadertop.recording.playback",
     "loadertop.viewer.replay",
     "loadertop.system",

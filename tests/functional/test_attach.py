@@ -1,0 +1,288 @@
+"""`loadertop attach PID` / `--detach`: real jobs started without loadertop, attached mid-epoch.
+
+The job is `tests/workloads/plain_train.py` (plain torch; it never imports loadertop): a shuffled
+train loader with 2 workers, and a val loader made anew each epoch (a loader created after the
+attach, and a second loader). One job per worker context carries every assertion about it, in
+order: attach; `snapshot --json` within 5 s; attaching twice; detach seen by a running snapshot
+as `finished`; training going on; its exit code and its printed checksums against a run without
+attach. The errors use cheap targets (`sleep`, a Python without torch) and poll with deadlines.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from loadertop.attach import (
+    EXIT_ALREADY,
+    EXIT_EXITED,
+    EXIT_NO_GDB,
+    EXIT_NO_LOADERTOP,
+    EXIT_NO_PROCESS,
+    EXIT_NO_TORCH,
+    EXIT_NOT_ATTACHED,
+    EXIT_NOT_PYTHON,
+    EXIT_PTRACE,
+    EXIT_TIMEOUT,
+)
+
+from conftest import (
+    REPO,
+    WORKLOADS,
+    SnapshotRun,
+    Workload,
+    check_document,
+    clean_env,
+    kill_group,
+    loadertop_cmd,
+    short_tmpdir,
+    snapshot,
+    wait_for,
+)
+
+PLAIN = WORKLOADS / "plain_train.py"
+START_S = 60.0
+needs_gdb = pytest.mark.skipif(shutil.which("gdb") is None and not hasattr(sys, "remote_exec"),
+                               reason="gdb is not installed (.ci/run installs it)")
+pytestmark = [pytest.mark.slow, needs_gdb]
+
+
+def attach(directory, *args, env=None, timeout=90) -> subprocess.CompletedProcess:
+    return subprocess.run(loadertop_cmd("attach", *map(str, args)), env=env or clean_env(directory),
+                          capture_output=True, text=True, timeout=timeout, cwd=REPO)
+
+
+def batch_lines(w: Workload) -> list[list[str]]:
+    return [line.split() for line in w.stdout().splitlines() if line.startswith("batch ")]
+
+
+def wait_train_batches(w: Workload, n: int, timeout: float = START_S) -> list[list[str]]:
+    def enough():
+        if not w.alive():
+            raise AssertionError(f"job exited {w.proc.returncode}:\n{w.stderr()[-3000:]}")
+        lines = [r for r in batch_lines(w) if r[1] == "train"]
+        return lines if len(lines) >= n else None
+    return wait_for(enough, timeout, f"{n} train batches")
+
+
+def accepted(pid: int, path: str) -> int:
+    """Connections the job's publisher holds on its ipc socket (the listening one included): a
+    client's own end shows no path in /proc/net/unix, the accepted end does."""
+    try:
+        return sum(c.laddr == path for c in psutil.Process(pid).net_connections(kind="unix"))
+    except psutil.Error:
+        return 0
+
+
+def largest_gaps(rows: list[list[str]], k: int = 3) -> list[float]:
+    stamps = [int(r[5]) for r in rows if r[1] == "train"]
+    return sorted(((b - a) / 1e6 for a, b in zip(stamps, stamps[1:])), reverse=True)[:k]
+
+
+@pytest.mark.parametrize("context,persistent", [("fork", False), ("spawn", True)],
+                         ids=["fork", "spawn-persistent"])
+def test_attach_mid_epoch_measures_then_detaches_and_the_job_stays_its_own(context, persistent,
+                                                                           record_property):
+    directory = short_tmpdir()
+    stop = directory / "stop"
+    argv = ["--workers", "2", "--context", context, "--items", "400", "--stop", str(stop)]
+    if persistent:
+        argv.append("--persistent")
+    w = Workload(*argv, directory=directory, script=PLAIN)
+    try:
+        wait_train_batches(w, 5)
+        pid = w.pid
+        t0 = time.monotonic()
+        lines_before = len(batch_lines(w))
+        done = attach(directory, pid)
+        attach_s = time.monotonic() - t0
+        lines_after = len(batch_lines(w))
+        assert done.returncode == 0, done.stderr
+        assert f"attached to pid {pid}" in done.stdout and "--detach" in done.stdout
+        attached_at = time.monotonic()
+        entry = directory / f"{pid}.json"
+        assert entry.exists()
+
+        # Within 5 s of the attach: its loader, with batches, the right config and live workers.
+        def seen():
+            rc, doc, _out, err = snapshot(directory, seconds=1.0)
+            assert rc == 0, err
+            names = {s["name"]: s for s in doc["sources"] if s["pid"] == pid}
+            src = names.get("train_loader")
+            return (doc, names) if src and src["batches"] > 0 and src["workers"] else None
+        doc, sources = wait_for(seen, 15, "the attached loader in a snapshot")
+        visible_s = time.monotonic() - attached_at
+        assert visible_s < 5.0, f"seen {visible_s:.1f} s after the attach"
+        check_document(doc, system_required=False)  # the machine's figures come at 1 Hz
+        train = sources["train_loader"]
+        cfg = train["config"]
+        assert (cfg["num_workers"], cfg["batch_size"], cfg["worker_context"], cfg["dataset"],
+                cfg["persistent_workers"], cfg["prefetch_factor"]) == \
+            (2, 4, context, "Items", persistent, 2), cfg
+        children = {p.pid for p in psutil.Process(pid).children()}
+        live = [wk for wk in train["workers"] if wk["alive"]]
+        assert len(live) == 2 and {wk["pid"] for wk in live} <= children, (train["workers"], children)
+        if persistent:
+            # Started before the attach: never hooked. Their stage figures are null, not invented.
+            assert all(wk["fetch_ms"] is None for wk in train["workers"]), train["workers"]
+            assert train["stages"]["fetch_ms"] is None
+            assert train["stages"]["unpaired"] == "workers_unhooked", train["stages"]
+
+        # Attaching twice: refused (by the discovery entry; with another directory, by the
+        # target itself), and the job is untouched.
+        again = attach(directory, pid)
+        assert again.returncode == EXIT_ALREADY and "already" in again.stderr, again.stderr
+        other = short_tmpdir()
+        again = attach(other, pid)
+        shutil.rmtree(other, ignore_errors=True)
+        assert again.returncode == EXIT_ALREADY and "already attached" in again.stderr, again.stderr
+
+        # The val loader is made after the attach, each epoch: one more source, named after it.
+        def val_seen():
+            if "val_loader" in sources:
+                return sources["val_loader"]
+            rc, doc, _o, err = snapshot(directory, seconds=1.0)
+            assert rc == 0, err
+            return next((s for s in doc["sources"] if s["pid"] == pid and s["name"] == "val_loader"),
+                        None)
+        val = wait_for(val_seen, 20, "the val loader created after the attach")
+        assert val["config"]["num_workers"] == 0 and val["batches_total"] > 0
+
+        # Detach while a snapshot watches: it sees the sources finish; training goes on.
+        sock = str(directory / f"{pid}.sock")
+        baseline = accepted(pid, sock)
+        watcher = SnapshotRun(directory, seconds=4.0)
+        wait_for(lambda: accepted(pid, sock) > baseline, 15, "the snapshot to connect")
+        before = len(batch_lines(w))
+        t0 = time.monotonic()
+        gone = attach(directory, "--detach", pid)
+        detach_s = time.monotonic() - t0
+        after = len(batch_lines(w))
+        assert gone.returncode == 0, gone.stderr
+        assert "said goodbye" in gone.stdout, gone.stdout
+        assert not entry.exists()
+        states = {s["name"]: s["state"] for s in watcher.document()["sources"] if s["pid"] == pid}
+        assert states.get("train_loader") == "finished", states
+        wait_for(lambda: len(batch_lines(w)) > before + 10, 30, "training to go on after --detach")
+        assert attach(directory, "--detach", pid).returncode == EXIT_NOT_ATTACHED
+
+        stop.write_text("")
+        assert w.wait(60) == 7  # the job's own exit code
+        rows = batch_lines(w)
+        epochs = max(int(r[2]) for r in rows) + 1
+        from workloads import plain_train
+
+        expected = plain_train.reference(argv, epochs)
+        got = [" ".join(r[:5]) for r in rows] + [w.stdout().splitlines()[-1]]
+        assert got == expected, "the batches, their order or the RNG streams changed"
+        # What the job felt: the longest wait between two train batches while attach / detach
+        # ran, against the whole run's median (epoch starts and a busy machine included).
+        at_attach = largest_gaps(rows[lines_before:lines_after + 2], 1)
+        at_detach = largest_gaps(rows[before:after + 2], 1)
+        everywhere = sorted(largest_gaps(rows, len(rows)))
+        median = everywhere[len(everywhere) // 2]
+        record_property("attach_s", round(attach_s, 2))
+        record_property("detach_s", round(detach_s, 2))
+        print(f"\n{context}: attach {attach_s:.2f} s, {done.stdout.splitlines()[0].split('(the job ')[-1]}"
+              f"; longest gap between batches during attach {at_attach} ms, during detach "
+              f"{at_detach} ms (median {median:.1f} ms, run's max {everywhere[-1]:.0f} ms)")
+    finally:
+        w.kill()
+
+
+def _python_target(directory: Path, code: str) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-c", code], env=clean_env(directory),
+                            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            start_new_session=True)
+
+
+NO_TORCH = "import time\nprint('up', flush=True)\nwhile True:\n    time.sleep(0.02)\n"
+# The main thread sits in os.read (C, no bytecode: no pending call runs) until a line comes.
+BLOCKED = ("import os, sys\nprint('up', flush=True)\nos.read(0, 1)\n"
+           "print('woke', flush=True)\nimport time\ntime.sleep(0.5)\n")
+# Exits as soon as an attach puts its bootstrap into the directory (the main thread is blocked).
+EXITS = ("import glob, os, threading, time\nd = os.environ['LOADERTOP_DIR']\n"
+         "def watch():\n    while not glob.glob(d + '/*-attach-*.py'):\n        time.sleep(0.005)\n"
+         "    os._exit(0)\nthreading.Thread(target=watch, daemon=True).start()\n"
+         "print('up', flush=True)\nr, w = os.pipe()\nos.read(r, 1)\n")
+
+
+def test_attach_errors_are_one_line_with_their_own_exit_codes():
+    directory = short_tmpdir()
+    procs: list[subprocess.Popen] = []
+    try:
+        gone = subprocess.Popen(["true"])
+        gone.wait()
+        sleeper = subprocess.Popen(["sleep", "60"], start_new_session=True)
+        procs.append(sleeper)
+        plain = _python_target(directory, NO_TORCH)
+        procs.append(plain)
+        assert plain.stdout.readline() == b"up\n"
+
+        def check(result, code, *words):
+            err = result.stderr.strip()
+            assert result.returncode == code, (result.returncode, err)
+            assert err.count("\n") == 0 and "Traceback" not in err, err
+            for word in words:
+                assert word in err, (word, err)
+
+        check(attach(directory, gone.pid), EXIT_NO_PROCESS, f"no process with pid {gone.pid}")
+        check(attach(directory, sleeper.pid), EXIT_NOT_PYTHON, "not a CPython process")
+        check(attach(directory, plain.pid), EXIT_NO_TORCH, "never imported torch's DataLoader")
+        check(attach(directory, "--detach", plain.pid), EXIT_NOT_ATTACHED, "not attached")
+        no_gdb = clean_env(directory, PATH=str(directory))
+        if not hasattr(sys, "remote_exec"):
+            check(attach(directory, plain.pid, env=no_gdb), EXIT_NO_GDB, "apt-get install gdb")
+        if os.geteuid() == 0 and shutil.which("setpriv"):
+            nobody = subprocess.run(
+                ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "--inh-caps=-all",
+                 *loadertop_cmd("attach", str(plain.pid))],
+                env=clean_env(short_tmpdir()), capture_output=True, text=True, timeout=60, cwd=REPO)
+            check(nobody, EXIT_PTRACE, "ptrace not permitted", "CAP_SYS_PTRACE",
+                  "kernel.yama.ptrace_scope", "--cap-add=SYS_PTRACE")
+
+        exits = _python_target(directory, EXITS)
+        procs.append(exits)
+        assert exits.stdout.readline() == b"up\n"
+        check(attach(directory, exits.pid), EXIT_EXITED, "exited during the attach")
+
+        # A main thread that runs no Python code: a timeout, and the late pending call does nothing.
+        blocked = subprocess.Popen([sys.executable, "-c", BLOCKED], env=clean_env(directory),
+                                   stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                   stderr=subprocess.PIPE, start_new_session=True)
+        procs.append(blocked)
+        assert blocked.stdout.readline() == b"up\n"
+        check(attach(directory, "--timeout", "1", blocked.pid), EXIT_TIMEOUT, "nothing was changed")
+        assert not list(directory.glob("*-attach-*")), list(directory.iterdir())
+        out, err = blocked.communicate(b"x", timeout=30)
+        assert blocked.returncode == 0 and out == b"woke\n" and err == b"", (out, err)
+    finally:
+        for proc in procs:
+            kill_group(proc)
+        shutil.rmtree(directory, ignore_errors=True)
+
+
+def test_a_job_without_loadertop_in_its_environment_is_told_what_to_install_and_left_alone():
+    directory = short_tmpdir()
+    stop = directory / "stop"
+    w = Workload("--workers", "0", "--hide-loadertop", "--stop", str(stop), directory=directory,
+                 script=PLAIN)
+    try:
+        wait_train_batches(w, 3)
+        done = attach(directory, w.pid)
+        assert done.returncode == EXIT_NO_LOADERTOP, done.stderr
+        assert "pip install" in done.stderr and sys.executable in done.stderr, done.stderr
+        assert not (directory / f"{w.pid}.json").exists()
+        before = len(batch_lines(w))
+        wait_for(lambda: len(batch_lines(w)) > before + 5, 30, "training to go on")
+        stop.write_text("")
+        assert w.wait(60) == 7 and "loadertop" not in w.stderr(), w.stderr()
+    finally:
+        w.kill()
