@@ -28,6 +28,7 @@ from loadertop.document import (
     Document,
     EndFigures,
     Finding,
+    HistogramFigures,
     LoaderConfig,
     LoopFigures,
     QueueFigures,
@@ -60,6 +61,7 @@ WAITING_FRACTION = 0.5  # the state is `waiting` when the loop waits at least th
 WAITING_BLOCKED_MS = 1000.0  # ... or has been blocked in next() this long right now
 MIN_PAIRED_BATCHES = 3  # wait_split rests on at least this many paired batches
 PROCESS_CPU_MIN_S = 0.5  # the training process's CPU in cores: from at least this much time
+HISTOGRAM_LE_MS = tuple(bound / 1e6 for bound in wire.HISTOGRAM_BOUNDS_NS)
 
 
 def percentile(sorted_values: Sequence[float], q: float) -> float:
@@ -320,6 +322,8 @@ class Model:
             rng=RngFigures(checked_workers=last.rng_checked, shared=tuple(
                 RngShareFigures(state=r.state, workers=tuple(r.workers)) for r in last.rng_shared)),
             earlier_settings=state.settings.earlier(),
+            wait_histogram=histogram_figures(last.wait_histogram),
+            step_histogram=histogram_figures(last.step_histogram),
         )
 
     @staticmethod
@@ -392,7 +396,8 @@ class Model:
                 cpu_fraction=_ratio(cpu, wall),
                 busy_ms=_round(w.busy_ms, 1), stack=_stack(w.stack),
                 uss_bytes=slow.uss_bytes, pss_bytes=slow.pss_bytes, fds=slow.fds,
-                threads=slow.threads, uss_trend=slow.uss_trend, rss_trend=slow.rss_trend))
+                threads=slow.threads, uss_trend=slow.uss_trend, rss_trend=slow.rss_trend,
+                fetch_histogram=histogram_figures(w.fetch_histogram)))
         return tuple(out)
 
     @staticmethod
@@ -477,6 +482,15 @@ def system_figures_of(report: wire.SystemReport) -> SystemFigures:
         del fields[key]
     fields["shm"] = shm
     return msgspec.convert(fields, SystemFigures, from_attributes=True)
+
+
+def histogram_figures(histogram: wire.Histogram | None) -> HistogramFigures | None:
+    """The probe's cumulative bucket counts as document figures; None without them, or when
+    they are not counted in this version's buckets (a foreign probe's: never guessed at)."""
+    if histogram is None or len(histogram.counts) != len(HISTOGRAM_LE_MS) + 1:
+        return None
+    return HistogramFigures(le_ms=HISTOGRAM_LE_MS, counts=tuple(histogram.counts),
+                            count=sum(histogram.counts), sum_ms=histogram.sum_ns / 1e6)
 
 
 def _stack(stack: wire.Stack | None) -> StackFigures | None:
