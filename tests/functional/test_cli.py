@@ -99,6 +99,8 @@ def test_unknown_option_is_a_usage_error_without_traceback():
     "loadertop.viewer.report",
     "loadertop.viewer.app",
     "loadertop.commands.snapshot",
+    "loadertop.commands.export",
+    "loadertop.exporter.server",
     "loadertop.system",
 ])
 def test_viewer_side_modules_leave_torch_out(module):
