@@ -168,6 +168,7 @@ def scraped():
             "source_up": prometheus.query("loadertop_source_up", at),
             "workers_up": prometheus.query("sum(loadertop_worker_up)", at),
         }
+        results["dashboard"] = {title: prometheus.query(expr, at) for title, expr in _dashboard()}
         doc = snap.document()
         yield {"job": job, "at": at, "counted": counted, "results": results, "doc": doc}
     finally:
@@ -177,6 +178,18 @@ def scraped():
             kill_group(exporter)
         job.kill()
         shutil.rmtree(workdir, ignore_errors=True)
+
+
+DASHBOARD = REPO / "examples" / "grafana" / "loadertop.json"
+
+
+def _dashboard() -> list[tuple[str, str]]:
+    """(panel title, PromQL) of every query of the Grafana dashboard, with Grafana's variables
+    as a Grafana showing every host and loader would fill them in."""
+    panels = json.loads(DASHBOARD.read_text())["panels"]
+    return [(p["title"], t["expr"].replace("$__rate_interval", f"{RATE_WINDOW_S}s")
+             .replace("$host", ".*").replace("$loader", ".*"))
+            for p in panels for t in p["targets"]]
 
 
 def _only(result: list[dict]) -> tuple[dict, float]:
@@ -227,3 +240,13 @@ def test_the_source_and_its_workers_are_up(scraped):
     assert up == 1.0
     _labels, workers = _only(scraped["results"]["workers_up"])
     assert workers == 2.0
+
+
+def test_every_dashboard_query_is_valid_and_shows_the_job(scraped):
+    answers = scraped["results"]["dashboard"]
+    assert len(answers) >= 8
+    # findings: none for a healthy job; every other panel shows it
+    empty = [title for title, result in answers.items() if not result and title != "Findings"]
+    assert not empty, f"panels without data: {empty}"
+    (bottleneck,) = answers["Current bottleneck"]
+    assert bottleneck["metric"]["category"] == "compute_bound"
