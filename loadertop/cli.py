@@ -12,7 +12,8 @@ import sys
 
 from loadertop._version import __version__
 
-SUBCOMMANDS = ("snapshot", "run", "attach", "tune", "record", "replay", "report", "demo", "keys")
+SUBCOMMANDS = ("snapshot", "run", "attach", "tune", "record", "replay", "report", "export", "demo",
+               "keys")
 
 DESCRIPTION = """\
 top for PyTorch input pipelines: live DataLoader wait times, queue, workers, the machine,
@@ -34,6 +35,8 @@ commands:
   loadertop attach --detach PID         undo it
   loadertop tune [--workers LIST | --max-workers N] [--trial-seconds S] [--json] [--] COMMAND ...
                                         find the best num_workers for COMMAND by running it
+  loadertop export [--listen HOST:PORT] [ENDPOINT ...]
+                                        serve every source as Prometheus metrics (/metrics)
   loadertop demo                        a synthetic training job with the viewer on it
   loadertop keys [DIR]                  create a CurveZMQ key pair for remote viewing
 
@@ -157,6 +160,23 @@ def _listen_endpoint(text: str) -> str:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
+def _export_parser() -> argparse.ArgumentParser:
+    from loadertop.exporter import DEFAULT_LISTEN  # the package alone: no prometheus_client
+
+    p = argparse.ArgumentParser(
+        prog="loadertop export",
+        description="Serve every instrumented process found (or the ENDPOINTs given) as "
+                    "Prometheus metrics on http://HOST:PORT/metrics, until interrupted.")
+    p.add_argument("endpoints", nargs="*", metavar="ENDPOINT")
+    p.add_argument("--listen", default=DEFAULT_LISTEN, metavar="HOST:PORT",
+                   help=f"where to serve /metrics (default {DEFAULT_LISTEN}; *:PORT for every "
+                        "interface, which prints a warning; port 0: any free one)")
+    p.add_argument("--window", type=float, default=3.0, metavar="S",
+                   help="seconds of history behind the gauges (default 3)")
+    _add_key_options(p)
+    return p
+
+
 def _add_key_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--key", metavar="FILE", default=None,
                    help="this viewer's secret key file (CurveZMQ), from `loadertop keys`")
@@ -222,6 +242,10 @@ def _dispatch(argv: list[str]) -> int:
             from loadertop.commands import keys
 
             return keys.main(rest)
+        if command == "export":
+            from loadertop.commands import export
+
+            return export.main(_export_parser().parse_args(rest))
     args = _viewer_parser().parse_args(argv)
     from loadertop.commands import view
 

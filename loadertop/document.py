@@ -115,6 +115,19 @@ class MemoryTrend(_Figures, frozen=True, kw_only=True):
     samples: Count
 
 
+class HistogramFigures(_Figures, frozen=True, kw_only=True):
+    """Every value the probe counted since it began recording the loader — cumulative over the
+    loader's life, not the window, and every batch, not a sample (CONTRACT §8: what `loadertop
+    export` serves as a Prometheus histogram). `counts[i]` values lie in (`le_ms[i-1]`,
+    `le_ms[i]`]; the last count, one more than the bounds, is beyond the last bound (+Inf).
+    `count` is their number and `sum_ms` their sum."""
+
+    le_ms: tuple[Milliseconds, ...]
+    counts: tuple[Count, ...]
+    count: Count
+    sum_ms: Milliseconds
+
+
 class WorkerFigures(_Figures, frozen=True, kw_only=True):
     id: Count
     pid: Count | None
@@ -136,6 +149,9 @@ class WorkerFigures(_Figures, frozen=True, kw_only=True):
     threads: Count | None = None
     uss_trend: MemoryTrend | None = None
     rss_trend: MemoryTrend | None = None
+    # Every batch this worker id fetched (items, as `fetch_ms`), since the loader began; None
+    # from a probe that does not count them.
+    fetch_histogram: HistogramFigures | None = None
 
 
 class ProcessFigures(_Figures, frozen=True, kw_only=True):
@@ -304,6 +320,10 @@ class SourceFigures(_Figures, frozen=True, kw_only=True):
     epoch_starts_ms: tuple[Milliseconds, ...] = ()  # recent epochs' first-batch latency
     rng: RngFigures = msgspec.field(default_factory=RngFigures)
     earlier_settings: tuple[SettingFigures, ...] = ()  # oldest first; the current one is not listed
+    # Every wait and step since the loader began (CONTRACT §8), None from a probe that does not
+    # count them.
+    wait_histogram: HistogramFigures | None = None
+    step_histogram: HistogramFigures | None = None
 
 
 class Source(SourceFigures, frozen=True, kw_only=True):

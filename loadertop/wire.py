@@ -35,6 +35,15 @@ Text = Annotated[str, Meta(max_length=MAX_TEXT)]
 ShortText = Annotated[str, Meta(max_length=256)]
 Samples = Annotated[list[Micros], Meta(max_length=MAX_SAMPLES)]
 
+# The fixed buckets every wait, step and worker fetch is counted in (CONTRACT §8: Prometheus
+# histograms that count every batch, where the samples above are decimated). Upper bounds in ns,
+# from 50 µs (a batch handed over from a full queue) to 60 s (a stall); one more bucket holds what
+# lies beyond the last bound. Fixed within schema 1: other bounds would be another field.
+HISTOGRAM_BOUNDS_NS: tuple[int, ...] = tuple(round(us * 1000) for us in (
+    50, 100, 250, 500, 1_000, 2_500, 5_000, 10_000, 25_000, 50_000, 100_000, 250_000, 500_000,
+    1_000_000, 2_500_000, 5_000_000, 10_000_000, 30_000_000, 60_000_000))
+MAX_BUCKETS = 64
+
 
 class WireError(ValueError):
     """A frame that is not a valid loadertop message; ``reason`` is a short counter key."""
@@ -135,6 +144,17 @@ class RngShare(msgspec.Struct, frozen=True):
     workers: Annotated[list[Count], Meta(max_length=MAX_WORKERS)]
 
 
+class Histogram(msgspec.Struct, frozen=True, array_like=True):
+    """Every value counted since the probe began recording this loader (cumulative, so a report
+    lost on the way loses nothing): ``counts[i]`` values in (bound i-1, bound i] of
+    HISTOGRAM_BOUNDS_NS (a value equal to a bound is in that bound's bucket, as Prometheus's
+    ``le``), the last beyond the last bound; ``sum_ns`` their sum. A viewer ignores a histogram
+    whose length is not ``len(HISTOGRAM_BOUNDS_NS) + 1``."""
+
+    counts: Annotated[list[Count], Meta(max_length=MAX_BUCKETS)]
+    sum_ns: Count = 0
+
+
 class WorkerReport(msgspec.Struct, frozen=True):
     id: Count
     pid: Pid | None
@@ -151,6 +171,9 @@ class WorkerReport(msgspec.Struct, frozen=True):
     # outstanding and produced nothing since. With `stack` once that passes STACK_AFTER_MS.
     busy_ms: Annotated[float, Meta(ge=0)] | None = None
     stack: Stack | None = None
+    # Every batch this worker id fetched (items, collate_fn excluded, as `fetch_us`), cumulative
+    # over the loader's life and its epochs' worker processes; None from an older probe.
+    fetch_histogram: Histogram | None = None
 
 
 class StageReport(msgspec.Struct, frozen=True):
@@ -218,6 +241,10 @@ class LoaderReport(msgspec.Struct, frozen=True, tag="loader"):
     # process (every thread, its workers not included) and the thread that iterates this loader.
     process_cpu_ns: Count | None = None
     loop_cpu_ns: Count | None = None
+    # Every wait and step since the probe began recording this loader (not decimated; None from
+    # an older probe): what `loadertop export` serves as Prometheus histograms.
+    wait_histogram: Histogram | None = None
+    step_histogram: Histogram | None = None
 
 
 class GpuProcess(msgspec.Struct, frozen=True):

@@ -25,6 +25,7 @@ import msgspec
 
 from loadertop import wire
 from loadertop.document import Document
+from loadertop.probe.record import BucketCounts
 from loadertop.system.gpu import GPU_FIELDS
 from loadertop.viewer.model import Model
 
@@ -192,6 +193,11 @@ class LoaderSim:
     seq: int = 0
     _carry: float = 0.0  # fractional batches owed to the next report
     _dealt: int = 0  # batches handed to workers so far
+    # Every wait, step and worker fetch reported, counted by the probe's own BucketCounts (from
+    # the scenario's start: the batches before it were not timed here).
+    _wait_buckets: BucketCounts = field(default_factory=BucketCounts)
+    _step_buckets: BucketCounts = field(default_factory=BucketCounts)
+    _fetch_buckets: dict[int, BucketCounts] = field(default_factory=dict)
 
     @property
     def source(self) -> str:
@@ -250,14 +256,19 @@ class LoaderSim:
             fetch = _us(spread(w.fetch_p50_ms * drift, w.fetch_p95_ms * drift, done))
             collate = _us(spread(w.collate_p50_ms * drift, w.collate_p95_ms * drift, done))
             wall = (sum(fetch) + sum(collate)) * 1000  # a batch's whole time: items and collate
+            fetch_buckets = self._fetch_buckets.setdefault(wid, BucketCounts())
+            if w.alive:
+                fetch_buckets.add([us * 1000 for us in fetch])
             workers.append(wire.WorkerReport(
                 id=wid, pid=self.worker_pid(wid), alive=w.alive, exitcode=w.exitcode,
                 cpu_percent=None if w.cpu_percent is None else w.cpu_percent * drift,
                 rss_bytes=w.rss_bytes, batches=done if w.alive else 0,
                 fetch_us=fetch if w.alive else [], fetch_wall_ns=wall if w.alive else 0,
                 fetch_cpu_ns=round(wall * w.cpu_fraction) if w.alive else 0,
-                collate_us=collate if w.alive else []))
+                collate_us=collate if w.alive else [], fetch_histogram=fetch_buckets.histogram()))
         loop_wall = sum(waits) * 1000 if not n else 0
+        self._wait_buckets.add([us * 1000 for us in waits])
+        self._step_buckets.add([us * 1000 for us in steps])
         self._dealt += batches
         self.batches_total += batches
         msg = wire.LoaderReport(
@@ -268,7 +279,9 @@ class LoaderSim:
             step_ns=sum(steps) * 1000, wait_us=waits, step_us=steps, blocked_ms=blocked,
             queue=queue, workers=workers, loop_fetch_us=waits if not n else [],
             loop_fetch_wall_ns=loop_wall, loop_fetch_cpu_ns=round(loop_wall * self.loop_fetch_cpu_fraction),
-            probe_cpu_fraction=self.probe_cpu_fraction, stages=self._stages(waits, wait_ns, drift))
+            probe_cpu_fraction=self.probe_cpu_fraction, stages=self._stages(waits, wait_ns, drift),
+            wait_histogram=self._wait_buckets.histogram(),
+            step_histogram=self._step_buckets.histogram())
         self.seq += 1
         return msg
 

@@ -13,7 +13,7 @@ class UsageError(Exception):
 
 
 def open_subscriber(endpoint_args: list[str], *, window_s: float = 3.0, key: str | None = None,
-                    server_key: str | None = None):
+                    server_key: str | None = None, drop_vanished: bool = False):
     from loadertop.endpoints import EndpointError, resolve
     from loadertop.viewer.model import Model
     from loadertop.viewer.subscriber import Subscriber
@@ -32,7 +32,8 @@ def open_subscriber(endpoint_args: list[str], *, window_s: float = 3.0, key: str
         except (OSError, ValueError) as exc:
             raise UsageError(str(exc)) from None
     model = Model(window_s=window_s)
-    return Subscriber(model, endpoints, directory=directory, curve=curve)
+    return Subscriber(model, endpoints, directory=directory, curve=curve,
+                      drop_vanished=drop_vanished)
 
 
 def no_sources_message(sub) -> str:

@@ -25,8 +25,14 @@ MAX_FRAMES_PER_POLL = 5000  # bound one poll's work so the UI stays responsive u
 class Subscriber:
     def __init__(self, model: Model, endpoints: list[str] | None = None, *,
                  directory: Path | None = None, discover: bool | None = None,
-                 curve: dict | None = None, clock=time.time) -> None:
+                 curve: dict | None = None, clock=time.time, drop_vanished: bool = False) -> None:
         self.model = model
+        # Disconnect a discovered endpoint once its process left the discovery directory (or
+        # died without removing its entry): a long-running viewer such as `loadertop export`
+        # would otherwise keep a socket reconnecting to every job the machine ever ran. What
+        # the model knows of its sources stays until the model forgets them.
+        self.drop_vanished = drop_vanished
+        self._discovered: set[str] = set()
         self.curve = curve or {}  # CurveZMQ socket options (see loadertop.remote)
         self.clock = clock
         self.directory = directory or discovery.discovery_dir()
@@ -72,8 +78,16 @@ class Subscriber:
         if not self.discover:
             return
         self._next_scan = time.monotonic() + RESCAN_S
-        for entry in discovery.list_entries(self.directory):
-            self.connect(entry.endpoint)
+        listed = {entry.endpoint for entry in discovery.list_entries(self.directory)}
+        for endpoint in sorted(listed):
+            if endpoint not in self.sockets:
+                self._discovered.add(endpoint)
+                self.connect(endpoint)
+        if self.drop_vanished:
+            for endpoint in sorted(self._discovered - listed):
+                self._discovered.discard(endpoint)
+                self.disconnect(endpoint)
+                self.model.endpoints.pop(endpoint, None)
 
     def found_any(self) -> bool:
         return bool(self.sockets)

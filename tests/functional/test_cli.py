@@ -108,6 +108,8 @@ def test_unknown_option_is_a_usage_error_without_traceback():
     "loadertop.attach.inject",
     "loadertop.recording.playback",
     "loadertop.viewer.replay",
+    "loadertop.commands.export",
+    "loadertop.exporter.server",
     "loadertop.system",
 ])
 def test_viewer_side_modules_leave_torch_out(module):

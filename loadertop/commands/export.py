@@ -1,0 +1,69 @@
+"""`loadertop export [--listen HOST:PORT] [ENDPOINT ...]`: the sources as Prometheus metrics.
+
+A headless viewer, one per machine like node_exporter: the same discovery and endpoints as the
+TUI, serving `/metrics` until SIGINT or SIGTERM (exit 0). A --listen that cannot be served on (in
+use, not an address of this machine) is one line on stderr and exit 2.
+"""
+
+from __future__ import annotations
+
+import signal
+import sys
+import threading
+
+from loadertop.commands.common import UsageError, open_subscriber, print_error
+
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+def main(args) -> int:
+    try:
+        from loadertop.exporter import server
+    except ImportError as exc:  # prometheus_client is a dependency; a --no-deps install lacks it
+        print_error(f"loadertop export needs prometheus_client ({exc.name} is missing): "
+                    "pip install prometheus_client")
+        return 2
+    if args.window <= 0:
+        print_error("--window must be positive")
+        return 2
+    try:
+        address = server.parse_listen(args.listen)
+    except server.ListenError as exc:
+        print_error(str(exc))
+        return 2
+    try:
+        sub = open_subscriber(args.endpoints, window_s=args.window, key=args.key,
+                              server_key=args.server_key, drop_vanished=True)
+    except UsageError as exc:
+        print_error(str(exc))
+        return 2
+    try:
+        exporter = server.Exporter(sub)
+        try:
+            metrics = server.MetricsServer(exporter.latest, address)
+        except OSError as exc:
+            print_error(f"cannot listen on {args.listen}: {exc.strerror or exc}")
+            return 2
+        watching = (f"every instrumented process in {sub.directory}" if sub.discover
+                    else ", ".join(sub.sockets))
+        # One line either way; beyond loopback it says so (the warning the trainer's endpoint
+        # gives too): anyone who reaches the port sees every job on this machine.
+        beyond = ", reachable beyond this machine" if not address.loopback else ""
+        print_error(f"serving {metrics.url()}{beyond} ({watching})")
+        sys.stderr.flush()
+        stop = threading.Event()
+
+        def request_stop(signum, frame) -> None:
+            stop.set()
+
+        previous = {s: signal.signal(s, request_stop) for s in STOP_SIGNALS}
+        metrics.start()
+        try:
+            exporter.run(stop)
+        finally:
+            for s, handler in previous.items():
+                signal.signal(s, handler)
+            metrics.close()
+    finally:
+        sub.close()
+    return 0

@@ -1,0 +1,12 @@
+"""`loadertop export`: every discovered source as Prometheus metrics (CONTRACT §8).
+
+A headless viewer — the same Subscriber and Model as the TUI — whose receive loop advances the
+model once a second and publishes the immutable `Document`; a `prometheus_client` custom
+collector (`collector.py`) turns the latest document into metric families when Prometheus
+scrapes, on the HTTP server's thread (`server.py`). Nothing is shared but that one reference, so
+a slow scrape never holds up receiving, and a scrape never sees a half-advanced model.
+
+No torch; `prometheus_client` is imported only by `loadertop export` (not by `loadertop --help`).
+"""
+
+DEFAULT_LISTEN = "127.0.0.1:9464"  # 9464: the port OpenTelemetry's Prometheus exporter uses too

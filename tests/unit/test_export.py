@@ -1,0 +1,364 @@
+"""`loadertop export` (issue 13, CONTRACT §8): the collector's output from known model states,
+written by prometheus_client and parsed back with its own text parser; hostile label values;
+the listen address; the HTTP server over a real socket; the command's one-line errors.
+Against a real Prometheus server: tests/functional/test_export_prometheus.py."""
+
+from __future__ import annotations
+
+import socket
+import urllib.error
+import urllib.request
+
+import pytest
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.parser import text_string_to_metric_families
+
+from loadertop import cli, wire
+from loadertop.diagnosis import CATEGORIES
+from loadertop.document import Document
+from loadertop.exporter.collector import DocumentCollector, ExporterCollector
+from loadertop.exporter.server import ListenError, MetricsServer, parse_listen
+from loadertop.viewer.model import Model
+
+from fakes import (
+    T0,
+    bad_frames_doc,
+    disconnected_doc,
+    findings_multi_source_doc,
+    finished_doc,
+    healthy_doc,
+    killed_worker_doc,
+    loader_report,
+    pitfalls_doc,
+    same_name_doc,
+    shm_low_doc,
+)
+
+
+def scrape(doc: Document | None) -> str:
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(DocumentCollector(lambda: doc))
+    registry.register(ExporterCollector(lambda: doc))
+    return generate_latest(registry).decode()
+
+
+def parsed(doc: Document | None) -> dict:
+    """{family name: family} as Prometheus's text parser reads the exposition back."""
+    return {f.name: f for f in text_string_to_metric_families(scrape(doc))}
+
+
+def samples(families: dict, name: str, **labels: str) -> list:
+    """The samples named `name` (a family's sample: `_bucket`, `_total`, …) whose labels
+    include `labels`."""
+    family = families[name.removesuffix("_total").removesuffix("_bucket").removesuffix("_count")
+                      .removesuffix("_sum")]
+    return [s for s in family.samples
+            if s.name == name and all(s.labels.get(k) == v for k, v in labels.items())]
+
+
+def value(families: dict, name: str, **labels: str) -> float:
+    found = samples(families, name, **labels)
+    assert len(found) == 1, (name, labels, found)
+    return found[0].value
+
+
+def source_labels(src) -> dict[str, str]:
+    return {"host": src.host, "pid": str(src.pid), "rank": "" if src.rank is None else str(src.rank),
+            "loader": src.name}
+
+
+# --------------------------------------------------------------------------- one healthy source
+def test_a_healthy_source_in_every_metric():
+    doc = healthy_doc()
+    fam = parsed(doc)
+    (src,) = doc.sources
+    labels = source_labels(src)
+    assert value(fam, "loadertop_source_up", **labels) == 1.0
+    assert value(fam, "loadertop_batches_total", **labels) == src.batches_total
+    assert fam["loadertop_batches"].type == "counter"
+    assert value(fam, "loadertop_wait_ratio", **labels) == src.wait_fraction
+    assert value(fam, "loadertop_batch_size", **labels) == 64
+    for state, figure in (("ready", src.queue.ready), ("in_flight", src.queue.in_flight),
+                          ("capacity", src.queue.capacity)):
+        assert value(fam, "loadertop_queue_batches", state=state, **labels) == figure
+    assert len(src.workers) == 4
+    for w in src.workers:
+        wl = {**labels, "worker": str(w.id)}
+        assert value(fam, "loadertop_worker_up", **wl) == 1.0
+        assert value(fam, "loadertop_worker_resident_memory_bytes", **wl) == w.rss_bytes
+        assert value(fam, "loadertop_worker_cpu_ratio", **wl) == w.cpu_fraction
+        assert w.fetch_histogram is not None
+        assert value(fam, "loadertop_worker_fetch_seconds_count", **wl) == w.fetch_histogram.count
+    # the own figures: what this viewer received
+    assert value(fam, "loadertop_exporter_received_messages_total") == doc.viewer.received
+
+
+@pytest.mark.parametrize("name, figure", [
+    ("loadertop_wait_seconds", "wait_histogram"), ("loadertop_step_seconds", "step_histogram")])
+def test_histograms_are_the_cumulative_counts_in_seconds(name, figure):
+    doc = healthy_doc()
+    (src,) = doc.sources
+    histogram = getattr(src, figure)
+    assert histogram is not None and histogram.count > 0
+    fam = parsed(doc)
+    assert fam[name].type == "histogram"
+    buckets = samples(fam, f"{name}_bucket", **source_labels(src))
+    bounds = [float(b.labels["le"]) for b in buckets]
+    assert bounds[:-1] == [b / 1e9 for b in wire.HISTOGRAM_BOUNDS_NS]  # 5e-05 .. 60 s
+    assert bounds[-1] == float("inf")
+    cumulative = [b.value for b in buckets]
+    running = 0
+    for count, got in zip(histogram.counts, cumulative):
+        running += count
+        assert got == running
+    assert value(fam, f"{name}_count", **source_labels(src)) == histogram.count
+    assert value(fam, f"{name}_sum", **source_labels(src)) == pytest.approx(histogram.sum_ms / 1e3)
+
+
+def test_the_bottleneck_is_a_state_set_with_exactly_one_category_per_source():
+    for doc in (healthy_doc(), pitfalls_doc(), killed_worker_doc(), same_name_doc()):
+        fam = parsed(doc)
+        for src in doc.sources:
+            got = {s.labels["category"]: s.value
+                   for s in samples(fam, "loadertop_bottleneck", **source_labels(src))}
+            assert set(got) == set(CATEGORIES)
+            assert [c for c, v in got.items() if v == 1.0] == [src.diagnosis.category]
+            assert sum(got.values()) == 1.0
+
+
+# --------------------------------------------------------------------------- lifecycle
+@pytest.mark.parametrize("make, state", [(finished_doc, "finished"), (killed_worker_doc, "finished"),
+                                         (disconnected_doc, "gone")])
+def test_a_finished_or_gone_source_is_down_with_its_workers(make, state):
+    doc = make()
+    (src,) = doc.sources
+    assert src.state == state
+    fam = parsed(doc)
+    labels = source_labels(src)
+    assert value(fam, "loadertop_source_up", **labels) == 0.0
+    assert value(fam, "loadertop_batches_total", **labels) == src.batches_total  # kept
+    ups = samples(fam, "loadertop_worker_up", **labels)
+    assert ups and all(s.value == 0.0 for s in ups)
+    assert not samples(fam, "loadertop_worker_resident_memory_bytes", **labels)
+
+
+def test_a_forgotten_source_leaves_the_metrics():
+    model = Model()
+    model.ingest(loader_report(sent_at=T0), T0)
+    assert samples(parsed(model.advance(T0 + 1)), "loadertop_source_up")
+    fam = parsed(model.advance(T0 + 601))  # FORGET_AFTER_S later
+    assert "loadertop_source_up" not in fam or not samples(fam, "loadertop_source_up")
+
+
+def test_no_document_yet_serves_nothing_of_ours():
+    assert scrape(None) == ""
+
+
+def test_several_sources_and_ranks_are_told_apart():
+    doc = same_name_doc()
+    fam = parsed(doc)
+    assert len(doc.sources) == 2
+    pids = {s.labels["pid"] for s in samples(fam, "loadertop_source_up")}
+    assert pids == {"1111", "2222"}
+
+
+# --------------------------------------------------------------------------- findings
+def test_findings_per_source_and_worker():
+    doc = pitfalls_doc()
+    (src,) = doc.sources
+    assert src.findings
+    fam = parsed(doc)
+    got = {(s.labels["kind"], s.labels["severity"], s.labels["worker"]): s.value
+           for s in samples(fam, "loadertop_finding", **source_labels(src))}
+    want = {(f.kind, f.severity, "" if f.worker is None else str(f.worker)): 1.0
+            for f in src.findings}
+    assert got == want
+    assert ("slow_worker", "warning", "3") in got
+
+
+def test_a_hung_worker_in_one_of_two_loaders():
+    doc = findings_multi_source_doc()
+    fam = parsed(doc)
+    val = next(s for s in doc.sources if s.name == "val")
+    train = next(s for s in doc.sources if s.name == "train")
+    kinds = {s.labels["kind"] for s in samples(fam, "loadertop_finding", **source_labels(val))}
+    assert "worker_hung" in kinds
+    assert not samples(fam, "loadertop_finding", **source_labels(train))
+
+
+def test_a_machine_finding_has_the_host_and_no_loader():
+    doc = shm_low_doc()
+    fam = parsed(doc)
+    machine = [s for s in samples(fam, "loadertop_finding") if s.labels["kind"] == "shm_low"]
+    assert len(machine) == 1
+    assert machine[0].labels == {"host": doc.system.host, "pid": "", "rank": "", "loader": "",
+                                 "worker": "", "kind": "shm_low", "severity": "warning"}
+
+
+def test_refused_messages_are_counted():
+    fam = parsed(bad_frames_doc(malformed=3, wrong_version=1))
+    assert value(fam, "loadertop_exporter_rejected_messages_total", reason="malformed") == 3
+    assert value(fam, "loadertop_exporter_rejected_messages_total", reason="wrong_version") == 1
+
+
+# --------------------------------------------------------------------------- hostile input
+HOSTILE = ['quo"te', "new\nline", "back\\slash", 'all\\" \n\\n of }{,= them', "ünï\tcode ✓"]
+
+
+@pytest.mark.parametrize("name", HOSTILE)
+def test_hostile_names_are_escaped_and_read_back_whole(name):
+    model = Model()
+    host = f"h{name}"
+    model.ingest(loader_report(source=f"{host}:123:{name}", name=name, host=host), T0)
+    text = scrape(model.advance(T0 + 0.5))
+    fam = {f.name: f for f in text_string_to_metric_families(text)}
+    (up,) = samples(fam, "loadertop_source_up")
+    assert up.labels["loader"] == name and up.labels["host"] == host
+    # one sample a line: a newline in a value never breaks the format
+    for line in text.splitlines():
+        assert line.startswith("#") or line.startswith("loadertop_"), line
+
+
+def test_two_sources_claiming_the_same_labels_are_served_once():
+    """A peer can claim any host, pid and name under another source id: a duplicate series would
+    make Prometheus refuse the whole scrape."""
+    model = Model()
+    model.ingest(loader_report(source="host:123:train"), T0)
+    model.ingest(loader_report(source="impostor", batches_total=999_999), T0)
+    model.ingest(loader_report(
+        source="dup-workers", name="other",
+        workers=[wire.WorkerReport(id=0, pid=1, alive=True), wire.WorkerReport(id=0, pid=2, alive=True)]), T0)
+    doc = model.advance(T0 + 0.5)
+    assert len(doc.sources) == 3
+    text = scrape(doc)
+    series = [line.rsplit(" ", 1)[0] for line in text.splitlines() if not line.startswith("#")]
+    assert len(series) == len(set(series)), "a duplicate series"
+    fam = parsed(doc)
+    assert len(samples(fam, "loadertop_source_up", loader="train")) == 1
+    assert len(samples(fam, "loadertop_worker_up", loader="other")) == 1
+
+
+# --------------------------------------------------------------------------- --listen
+@pytest.mark.parametrize("text, host, port, loopback", [
+    ("127.0.0.1:9464", "127.0.0.1", 9464, True),
+    ("9464", "127.0.0.1", 9464, True),
+    ("localhost:0", "localhost", 0, True),
+    ("[::1]:9100", "::1", 9100, True),
+    ("*:9464", "0.0.0.0", 9464, False),
+    ("0.0.0.0:9464", "0.0.0.0", 9464, False),
+    ("[::]:9464", "::", 9464, False),
+    ("node-7.example:9464", "node-7.example", 9464, False),
+])
+def test_listen_addresses(text, host, port, loopback):
+    address = parse_listen(text)
+    assert (address.host, address.port, address.loopback) == (host, port, loopback)
+
+
+@pytest.mark.parametrize("text", ["tcp://127.0.0.1:9464", "http://127.0.0.1:9464", "ipc:///tmp/x",
+                                  "127.0.0.1", "127.0.0.1:99999", "127.0.0.1:*", "::1:9464",
+                                  "a b:1", ""])
+def test_bad_listen_addresses_are_one_line(text):
+    with pytest.raises(ListenError) as info:
+        parse_listen(text)
+    assert "\n" not in str(info.value) and str(info.value)
+
+
+# --------------------------------------------------------------------------- the HTTP server
+def _get(url: str) -> tuple[int, str, str]:
+    try:
+        with urllib.request.urlopen(url, timeout=10) as response:
+            return response.status, response.headers.get("Content-Type", ""), response.read().decode()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.headers.get("Content-Type", ""), exc.read().decode()
+
+
+def test_the_server_serves_metrics_over_http_and_refuses_a_taken_port():
+    doc = healthy_doc()
+    server = MetricsServer(lambda: doc, parse_listen("127.0.0.1:0"))
+    server.start()
+    try:
+        assert server.port > 0 and server.url() == f"http://127.0.0.1:{server.port}/metrics"
+        status, ctype, body = _get(server.url())
+        assert status == 200 and ctype.startswith("text/plain")
+        fam = {f.name: f for f in text_string_to_metric_families(body)}
+        assert "loadertop_wait_seconds" in fam and "process_cpu_seconds" in fam
+        assert _get(f"http://127.0.0.1:{server.port}/")[0] == 200
+        assert _get(f"http://127.0.0.1:{server.port}/other")[0] == 404
+        with pytest.raises(OSError):
+            MetricsServer(lambda: doc, parse_listen(f"127.0.0.1:{server.port}"))
+    finally:
+        server.close()
+
+
+def test_export_on_a_taken_port_is_one_line_and_exit_2(capsys, lt_dir, monkeypatch):
+    monkeypatch.setenv("LOADERTOP_DIR", str(lt_dir))
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        assert cli.main(["export", "--listen", f"127.0.0.1:{port}"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("loadertop: cannot listen on 127.0.0.1:"), err
+    assert "in use" in err
+
+
+@pytest.mark.parametrize("args", [["--listen", "tcp://x:1"], ["--listen", "127.0.0.1:70000"],
+                                  ["--window", "0"], ["not-an-endpoint"],
+                                  ["--listen", "no-such-host.invalid:9464"]])
+def test_export_usage_errors_are_one_line_and_exit_2(capsys, lt_dir, monkeypatch, args):
+    monkeypatch.setenv("LOADERTOP_DIR", str(lt_dir))
+    assert cli.main(["export", *args]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("loadertop: "), err
+
+
+# --------------------------------------------------------------------------- discovery
+def test_a_vanished_discovery_entry_is_disconnected(lt_dir):
+    """The exporter runs for months: the socket of a process that left the discovery directory
+    goes (its sources stay in the model until forgotten); the TUI's subscriber keeps it."""
+    import os
+
+    import psutil
+
+    from loadertop import discovery
+    from loadertop.viewer.subscriber import Subscriber
+
+    endpoint = f"ipc://{lt_dir}/job.sock"
+    path = discovery.write_entry(lt_dir, pid=os.getpid(), endpoint=endpoint, command="python t.py",
+                                 started_at=psutil.Process().create_time(), rank=None)
+    dropping = Subscriber(Model(), directory=lt_dir, drop_vanished=True)
+    keeping = Subscriber(Model(), directory=lt_dir)
+    try:
+        assert endpoint in dropping.sockets and endpoint in keeping.sockets
+        path.unlink()
+        dropping.rescan()
+        keeping.rescan()
+        assert endpoint not in dropping.sockets and endpoint not in dropping.model.endpoints
+        assert endpoint in keeping.sockets
+        discovery.write_entry(lt_dir, pid=os.getpid(), endpoint=endpoint, command="python t.py",
+                              started_at=psutil.Process().create_time(), rank=None)
+        dropping.rescan()
+        assert endpoint in dropping.sockets  # back: watched again
+    finally:
+        dropping.close()
+        keeping.close()
+
+
+def test_help_imports_neither_prometheus_client_nor_torch():
+    """`loadertop --help` and `loadertop export --help` answer at once: the client loads only
+    when the exporter starts."""
+    import subprocess
+    import sys
+
+    code = ("import contextlib, io, sys\n"
+            "from loadertop import cli\n"
+            "for argv in (['--help'], ['export', '--help']):\n"
+            "    with contextlib.redirect_stdout(io.StringIO()):\n"
+            "        try:\n"
+            "            cli.main(argv)\n"
+            "        except SystemExit:\n"
+            "            pass\n"
+            "print(sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'prometheus_client')))\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+                         check=True).stdout.strip()
+    assert out == "[]"
