@@ -12,7 +12,9 @@ from loadertop.commands.common import UsageError, open_subscriber, print_error
 
 POLL_S = 0.1  # the receive loop's longest wait: the writer flushes within FLUSH_S of it
 PROGRESS_S = 1.0
-STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
+# SIGINT too, explicitly: a recorder started in the background by a shell (`loadertop record &`)
+# inherits SIGINT ignored, and `kill -INT` should still stop it cleanly, with its end mark.
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
 def parse_size(text: str) -> int:

@@ -233,7 +233,9 @@ def test_a_worker_stuck_in_c_holding_the_gil_still_leaves_its_stack(tmp_path):
     assert stack.user_frame == len(stack.frames) - 1
     # the Python watchdog could not run while the GIL was held: whatever it wrote, it wrote after
     released = float(proc.stdout.split()[-1])
-    assert c_dump.stat().st_mtime < released - 1.0
+    # the C dump came FAULT_AFTER_S after the last re-arm, during the 4 s in C: nominally >= 1 s
+    # before the release (0.997 s was seen: the re-arm and the call are not simultaneous)
+    assert c_dump.stat().st_mtime < released - 0.5
     for p in dumps.iterdir():
         if p.name.endswith((".py.txt", ".py.txt.tmp")):
             assert p.stat().st_mtime >= released - 0.05, (p.stat().st_mtime, released)

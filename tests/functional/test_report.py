@@ -39,8 +39,10 @@ def report():
     pool = WorkloadPool()
     directory = short_tmpdir()
     try:
+        # fresh: a real `python train.py`, whose command line the page shows
         job = pool("--kind", "sleep", "--ms", "5", "--workers", "2", "--batch-size", "8",
-                   "--step-ms", "10", "--duration", "12", "--rng", "init", directory=directory)
+                   "--step-ms", "10", "--duration", "12", "--rng", "init", directory=directory,
+                   fresh=True)
         job.wait_batches(3)
         recording, page = directory / "job.ltrec", directory / "job.html"
         env = clean_env(directory)

@@ -251,7 +251,9 @@ def test_an_iterable_that_every_worker_yields_whole_is_not_tuned(tmp):
     assert doc["best"] is None
     assert doc["unsafe"]["reason"] == "duplicated_iterable"
     fewer, more = doc["unsafe"]["batches_per_epoch"]
-    assert more / fewer > 2, doc["unsafe"]  # 12 batches per worker and epoch
+    # 12 batches per worker and epoch: twice as long with twice the workers, as estimated from
+    # the epochs' starts inside the reports (11.8 and 22.2 were seen)
+    assert 1.6 < more / fewer < 2.4, doc["unsafe"]
     assert doc["recommendation"].startswith("keep num_workers at 0 or 1: ")
     assert all(tr["iterable"] for tr in doc["trials"])
 
