@@ -111,8 +111,13 @@ def test_attach_mid_epoch_measures_then_detaches_and_the_job_stays_its_own(conte
         assert entry.exists()
 
         # Within 5 s of the attach: its loader, with batches, the right config and live workers.
+        children: set[int] = set()  # the job's processes around the snapshot: an epoch may end
+        # during it, and without persistent workers the next epoch's are other processes
+
         def seen():
+            children.update(p.pid for p in psutil.Process(pid).children())
             rc, doc, _out, err = snapshot(directory, seconds=1.0)
+            children.update(p.pid for p in psutil.Process(pid).children())
             assert rc == 0, err
             names = {s["name"]: s for s in doc["sources"] if s["pid"] == pid}
             src = names.get("train_loader")
@@ -126,7 +131,6 @@ def test_attach_mid_epoch_measures_then_detaches_and_the_job_stays_its_own(conte
         assert (cfg["num_workers"], cfg["batch_size"], cfg["worker_context"], cfg["dataset"],
                 cfg["persistent_workers"], cfg["prefetch_factor"]) == \
             (2, 4, context, "Items", persistent, 2), cfg
-        children = {p.pid for p in psutil.Process(pid).children()}
         live = [wk for wk in train["workers"] if wk["alive"]]
         assert len(live) == 2 and {wk["pid"] for wk in live} <= children, (train["workers"], children)
         if persistent:

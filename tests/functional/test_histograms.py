@@ -85,9 +85,13 @@ def test_every_wait_step_and_fetch_is_counted_across_epochs(reports):
         assert 8 * MS * sum(h.counts) <= h.sum_ns
 
 
-def test_counts_cover_every_batch_where_samples_are_decimated(reports):
-    """~30 000 batches in about a second: reports hold at most MAX_SAMPLES waits each, the
-    histogram every one."""
+def test_counts_cover_every_batch_where_samples_are_decimated(reports, monkeypatch):
+    """~30 000 batches in a few seconds: reports hold at most a bounded number of waits each, the
+    histogram every one. The bound is lowered to 200 for the test (the probe reads
+    `wire.decimate` at report time): at MAX_SAMPLES (4096 a report) whether any report is
+    decimated depends on the machine's speed (a loaded one delivered ~3000 a report)."""
+    decimate = wire.decimate
+    monkeypatch.setattr(wire, "decimate", lambda samples, limit=200: decimate(samples, limit))
     n = 30_000
     loader = loadertop.instrument(DataLoader(TensorDataset(torch.arange(n)), batch_size=1),
                                   name="hist-fast")
