@@ -251,9 +251,12 @@ def test_an_iterable_that_every_worker_yields_whole_is_not_tuned(tmp):
     assert doc["best"] is None
     assert doc["unsafe"]["reason"] == "duplicated_iterable"
     fewer, more = doc["unsafe"]["batches_per_epoch"]
-    # 12 batches per worker and epoch: twice as long with twice the workers, as estimated from
-    # the epochs' starts inside the reports (11.8 and 22.2 were seen)
-    assert 1.6 < more / fewer < 2.4, doc["unsafe"]
+    few_workers, many_workers = (max(n, 1) for n in doc["unsafe"]["num_workers"])
+    # 12 batches per worker and epoch: k times as long with k times the workers, as estimated
+    # from the epochs' starts inside the reports (11.8 and 22.2 for 1 and 2 workers were seen,
+    # 11.6 and 50.0 for 1 and 4)
+    growth = many_workers / few_workers
+    assert 0.8 * growth < more / fewer < 1.25 * growth, doc["unsafe"]
     assert doc["recommendation"].startswith("keep num_workers at 0 or 1: ")
     assert all(tr["iterable"] for tr in doc["trials"])
 
