@@ -14,6 +14,7 @@ import os
 import shutil
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -111,13 +112,26 @@ def test_attach_mid_epoch_measures_then_detaches_and_the_job_stays_its_own(conte
         assert entry.exists()
 
         # Within 5 s of the attach: its loader, with batches, the right config and live workers.
-        children: set[int] = set()  # the job's processes around the snapshot: an epoch may end
-        # during it, and without persistent workers the next epoch's are other processes
+        # The job's processes while the snapshot watched, sampled every 10 ms: epochs here can end
+        # twice within one snapshot, and without persistent workers each has new processes.
+        children: set[int] = set()
 
         def seen():
-            children.update(p.pid for p in psutil.Process(pid).children())
-            rc, doc, _out, err = snapshot(directory, seconds=1.0)
-            children.update(p.pid for p in psutil.Process(pid).children())
+            watching = threading.Event()
+
+            def sample() -> None:
+                while not watching.wait(0.01):
+                    try:
+                        children.update(p.pid for p in psutil.Process(pid).children())
+                    except psutil.Error:
+                        return
+            sampler = threading.Thread(target=sample)
+            sampler.start()
+            try:
+                rc, doc, _out, err = snapshot(directory, seconds=1.0)
+            finally:
+                watching.set()
+                sampler.join()
             assert rc == 0, err
             names = {s["name"]: s for s in doc["sources"] if s["pid"] == pid}
             src = names.get("train_loader")
