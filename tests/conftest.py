@@ -104,6 +104,24 @@ def lt_dir():
     shutil.rmtree(directory, ignore_errors=True)
 
 
+@pytest.fixture
+def reports(monkeypatch):
+    """Every LoaderReport the publisher thread of this process builds during the test (for tests
+    that instrument a loader in-process)."""
+    from loadertop.probe.record import LoaderRecord
+
+    out = []
+    original = LoaderRecord.report
+
+    def spy(self, *args, **kwargs):
+        msg = original(self, *args, **kwargs)
+        out.append(msg)
+        return msg
+
+    monkeypatch.setattr(LoaderRecord, "report", spy)
+    return out
+
+
 # --------------------------------------------------------------------------- workloads
 class _Zygote:
     """`tests/workloads/zygote.py`, started once per test process on first use: it has imported

@@ -56,6 +56,14 @@ def _buckets(histogram: HistogramFigures) -> list[tuple[str, float]] | None:
     return list(zip(_le_labels(histogram.le_ms), accumulate(histogram.counts)))
 
 
+def _add_histogram(family: HistogramMetricFamily, labels: tuple[str, ...],
+                   histogram: HistogramFigures | None) -> None:
+    """One series of `family`, unless the probe sent no histogram or inconsistent figures."""
+    buckets = _buckets(histogram) if histogram is not None else None
+    if histogram is not None and buckets is not None:
+        family.add_metric(labels, buckets, histogram.sum_ms / 1000.0)
+
+
 def source_labels(source: Source) -> tuple[str, str, str, str]:
     return (source.host, str(source.pid), "" if source.rank is None else str(source.rank),
             source.name)
@@ -133,10 +141,8 @@ def families(document: Document) -> list[CounterMetricFamily | GaugeMetricFamily
         up = source.state not in DOWN_STATES
         source_up.add_metric(labels, 1.0 if up else 0.0)
         batches.add_metric(labels, float(source.batches_total))
-        for family, histogram in ((wait, source.wait_histogram), (step, source.step_histogram)):
-            buckets = _buckets(histogram) if histogram is not None else None
-            if histogram is not None and buckets is not None:
-                family.add_metric(labels, buckets, histogram.sum_ms / 1000.0)
+        _add_histogram(wait, labels, source.wait_histogram)
+        _add_histogram(step, labels, source.step_histogram)
         if source.wait_fraction is not None:
             wait_ratio.add_metric(labels, source.wait_fraction)
         if source.config.batch_size is not None:
@@ -154,10 +160,7 @@ def families(document: Document) -> list[CounterMetricFamily | GaugeMetricFamily
                 continue
             workers_seen.add(w.id)
             wlabels = (*labels, str(w.id))
-            if w.fetch_histogram is not None:
-                buckets = _buckets(w.fetch_histogram)
-                if buckets is not None:
-                    fetch.add_metric(wlabels, buckets, w.fetch_histogram.sum_ms / 1000.0)
+            _add_histogram(fetch, wlabels, w.fetch_histogram)
             if not up:
                 worker_up.add_metric(wlabels, 0.0)  # its last reading is no longer news
             elif w.alive is not None:

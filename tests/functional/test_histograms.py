@@ -13,26 +13,10 @@ from workloads.lt_data import WorkloadDataset
 
 import loadertop
 from loadertop import wire
-from loadertop.probe.record import LoaderRecord
 
 pytestmark = pytest.mark.slow
 
 MS = 1_000_000  # ns
-
-
-@pytest.fixture
-def reports(monkeypatch):
-    """Every LoaderReport the publisher thread builds in this test."""
-    out = []
-    original = LoaderRecord.report
-
-    def spy(self, *args, **kwargs):
-        msg = original(self, *args, **kwargs)
-        out.append(msg)
-        return msg
-
-    monkeypatch.setattr(LoaderRecord, "report", spy)
-    return out
 
 
 def _last_report(reports, source: str, batches: int, deadline_s: float = 10.0) -> wire.LoaderReport:

@@ -14,24 +14,9 @@ from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 from workloads.lt_data import CountingCollate, CountingInit, WorkloadDataset
 
 import loadertop
-from loadertop.probe.record import PAIR_GRACE_NS, LoaderRecord
+from loadertop.probe.record import PAIR_GRACE_NS
 
 pytestmark = pytest.mark.slow
-
-
-@pytest.fixture
-def reports(monkeypatch):
-    """Every LoaderReport the publisher thread builds in this test."""
-    out = []
-    original = LoaderRecord.report
-
-    def spy(self, *args, **kwargs):
-        msg = original(self, *args, **kwargs)
-        out.append(msg)
-        return msg
-
-    monkeypatch.setattr(LoaderRecord, "report", spy)
-    return out
 
 
 def _settled(reports, source: str, batches: int, deadline_s: float = 10.0):
