@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from itertools import accumulate
+from typing import Any
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.registry import Collector
@@ -26,6 +27,8 @@ from prometheus_client.utils import floatToGoString
 
 from loadertop.diagnosis import CATEGORIES
 from loadertop.document import Document, HistogramFigures, Source
+
+MetricFamily = CounterMetricFamily | GaugeMetricFamily | HistogramMetricFamily
 
 SOURCE_LABELS = ("host", "pid", "rank", "loader")
 WORKER_LABELS = (*SOURCE_LABELS, "worker")
@@ -56,14 +59,6 @@ def _buckets(histogram: HistogramFigures) -> list[tuple[str, float]] | None:
     return list(zip(_le_labels(histogram.le_ms), accumulate(histogram.counts)))
 
 
-def _add_histogram(family: HistogramMetricFamily, labels: tuple[str, ...],
-                   histogram: HistogramFigures | None) -> None:
-    """One series of `family`, unless the probe sent no histogram or inconsistent figures."""
-    buckets = _buckets(histogram) if histogram is not None else None
-    if histogram is not None and buckets is not None:
-        family.add_metric(labels, buckets, histogram.sum_ms / 1000.0)
-
-
 def source_labels(source: Source) -> tuple[str, str, str, str]:
     return (source.host, str(source.pid), "" if source.rank is None else str(source.rank),
             source.name)
@@ -80,58 +75,92 @@ class DocumentCollector(Collector):
         # the registry call collect() at registration, before the first document).
         return []
 
-    def collect(self) -> Iterator[CounterMetricFamily | GaugeMetricFamily | HistogramMetricFamily]:
+    def collect(self) -> Iterator[MetricFamily]:
         document = self._latest()
         if document is None:
             return iter(())
         return iter(families(document))
 
 
-def families(document: Document) -> list[CounterMetricFamily | GaugeMetricFamily | HistogramMetricFamily]:
-    """Every metric family of CONTRACT §8 for `document`."""
-    batches = CounterMetricFamily(
-        "loadertop_batches", "Batches the training loop received from this loader, since its "
-        "process began", labels=SOURCE_LABELS)
-    wait = HistogramMetricFamily(
-        "loadertop_wait_seconds", "The training loop's wait in next() per batch, every batch "
-        "counted", labels=SOURCE_LABELS)
-    step = HistogramMetricFamily(
-        "loadertop_step_seconds", "The training loop's own time between receiving a batch and "
-        "asking for the next", labels=SOURCE_LABELS)
-    wait_ratio = GaugeMetricFamily(
-        "loadertop_wait_ratio", "Share of wall time the training loop waited for data over the "
-        "viewer's window (0..1)", labels=SOURCE_LABELS)
-    batch_size = GaugeMetricFamily(
-        "loadertop_batch_size", "Samples per batch as configured (samples/s = "
-        "rate(loadertop_batches_total) * this)", labels=SOURCE_LABELS)
-    queue = GaugeMetricFamily(
-        "loadertop_queue_batches", "The loader's queue at the latest sample: batches ready for "
-        "the loop, requested from workers, and the capacity (num_workers * prefetch_factor)",
-        labels=(*SOURCE_LABELS, "state"))
-    fetch = HistogramMetricFamily(
-        "loadertop_worker_fetch_seconds", "A worker's time per batch getting the items "
-        "(collate_fn excluded), every batch counted", labels=WORKER_LABELS)
-    worker_up = GaugeMetricFamily(
-        "loadertop_worker_up", "1 while the worker process is alive and its source reports; 0 "
-        "once it exited or its source is gone", labels=WORKER_LABELS)
-    worker_rss = GaugeMetricFamily(
-        "loadertop_worker_resident_memory_bytes", "The worker process's resident memory (RSS)",
-        labels=WORKER_LABELS)
-    worker_cpu = GaugeMetricFamily(
-        "loadertop_worker_cpu_ratio", "A worker's CPU time / wall time while producing batches "
-        "over the window: near 1 it computes, near 0 it waits (storage, network, locks)",
-        labels=WORKER_LABELS)
-    bottleneck = GaugeMetricFamily(
-        "loadertop_bottleneck", "The source's diagnosis (CONTRACT §4): 1 for the current "
-        "category, 0 for every other", labels=(*SOURCE_LABELS, "category"))
-    finding = GaugeMetricFamily(
-        "loadertop_finding", "A pitfall found live (CONTRACT §5), 1 while listed; worker empty "
-        "when about the whole loader, loader empty when about the machine",
-        labels=FINDING_LABELS)
-    source_up = GaugeMetricFamily(
-        "loadertop_source_up", "1 while the source reports; 0 once it is gone or finished (until "
-        "the viewer forgets it, 10 minutes later)", labels=SOURCE_LABELS)
+class Family:
+    """One metric family of CONTRACT §8: what prometheus_client is told about it."""
 
+    __slots__ = ("index", "name", "kind", "help", "labels")
+
+    def __init__(self, index: int, name: str, kind: str, help: str,
+                 labels: tuple[str, ...] = SOURCE_LABELS) -> None:
+        self.index = index  # its place in the exposition
+        self.name = name
+        self.kind = kind
+        self.help = help
+        self.labels = labels
+
+    def metric_family(self) -> Any:
+        """A new, empty prometheus_client family (typed Any: its add_metric's arguments differ
+        by kind, and the walk's two sinks call each with its kind's)."""
+        kind = {"counter": CounterMetricFamily, "gauge": GaugeMetricFamily,
+                "histogram": HistogramMetricFamily}[self.kind]
+        return kind(self.name, self.help, labels=self.labels)
+
+
+def _family(name: str, kind: str, help: str, labels: tuple[str, ...] = SOURCE_LABELS) -> Family:
+    family = Family(len(FAMILIES), name, kind, help, labels)
+    FAMILIES.append(family)
+    return family
+
+
+FAMILIES: list[Family] = []  # in the exposition's order
+SOURCE_UP = _family(
+    "loadertop_source_up", "gauge", "1 while the source reports; 0 once it is gone or finished "
+    "(until the viewer forgets it, 10 minutes later)")
+BATCHES = _family(
+    "loadertop_batches", "counter", "Batches the training loop received from this loader, since "
+    "its process began")
+WAIT = _family(
+    "loadertop_wait_seconds", "histogram", "The training loop's wait in next() per batch, every "
+    "batch counted")
+STEP = _family(
+    "loadertop_step_seconds", "histogram", "The training loop's own time between receiving a "
+    "batch and asking for the next")
+WAIT_RATIO = _family(
+    "loadertop_wait_ratio", "gauge", "Share of wall time the training loop waited for data over "
+    "the viewer's window (0..1)")
+BATCH_SIZE = _family(
+    "loadertop_batch_size", "gauge", "Samples per batch as configured (samples/s = "
+    "rate(loadertop_batches_total) * this)")
+QUEUE = _family(
+    "loadertop_queue_batches", "gauge", "The loader's queue at the latest sample: batches ready "
+    "for the loop, requested from workers, and the capacity (num_workers * prefetch_factor)",
+    (*SOURCE_LABELS, "state"))
+FETCH = _family(
+    "loadertop_worker_fetch_seconds", "histogram", "A worker's time per batch getting the items "
+    "(collate_fn excluded), every batch counted", WORKER_LABELS)
+WORKER_UP = _family(
+    "loadertop_worker_up", "gauge", "1 while the worker process is alive and its source "
+    "reports; 0 once it exited or its source is gone", WORKER_LABELS)
+WORKER_RSS = _family(
+    "loadertop_worker_resident_memory_bytes", "gauge", "The worker process's resident memory "
+    "(RSS)", WORKER_LABELS)
+WORKER_CPU = _family(
+    "loadertop_worker_cpu_ratio", "gauge", "A worker's CPU time / wall time while producing "
+    "batches over the window: near 1 it computes, near 0 it waits (storage, network, locks)",
+    WORKER_LABELS)
+BOTTLENECK = _family(
+    "loadertop_bottleneck", "gauge", "The source's diagnosis (CONTRACT §4): 1 for the current "
+    "category, 0 for every other", (*SOURCE_LABELS, "category"))
+FINDING = _family(
+    "loadertop_finding", "gauge", "A pitfall found live (CONTRACT §5), 1 while listed; worker "
+    "empty when about the whole loader, loader empty when about the machine", FINDING_LABELS)
+
+ValueSink = Callable[[Family, tuple[str, ...], float], None]
+HistogramSink = Callable[[Family, tuple[str, ...], HistogramFigures], None]
+
+
+def walk(document: Document, value: ValueSink, histogram: HistogramSink) -> None:
+    """Every series of CONTRACT §8 for `document`, in the exposition's order within each family:
+    `value(family, label values, value)` for a counter's or gauge's, `histogram(family, label
+    values, figures)` for a histogram's. The one place that maps the document to metrics: the
+    families below and the cached writer (`exposition.py`) both read it."""
     seen: set[tuple[str, str, str, str]] = set()
     for source in document.sources:
         labels = source_labels(source)
@@ -139,50 +168,67 @@ def families(document: Document) -> list[CounterMetricFamily | GaugeMetricFamily
             continue
         seen.add(labels)
         up = source.state not in DOWN_STATES
-        source_up.add_metric(labels, 1.0 if up else 0.0)
-        batches.add_metric(labels, float(source.batches_total))
-        _add_histogram(wait, labels, source.wait_histogram)
-        _add_histogram(step, labels, source.step_histogram)
+        value(SOURCE_UP, labels, 1.0 if up else 0.0)
+        value(BATCHES, labels, float(source.batches_total))
+        if source.wait_histogram is not None:
+            histogram(WAIT, labels, source.wait_histogram)
+        if source.step_histogram is not None:
+            histogram(STEP, labels, source.step_histogram)
         if source.wait_fraction is not None:
-            wait_ratio.add_metric(labels, source.wait_fraction)
+            value(WAIT_RATIO, labels, source.wait_fraction)
         if source.config.batch_size is not None:
-            batch_size.add_metric(labels, float(source.config.batch_size))
+            value(BATCH_SIZE, labels, float(source.config.batch_size))
         q = source.queue
-        for state, value in zip(QUEUE_STATES, (q.ready, q.in_flight, q.capacity)):
-            if value is not None:
-                queue.add_metric((*labels, state), float(value))
+        for state, count in zip(QUEUE_STATES, (q.ready, q.in_flight, q.capacity)):
+            if count is not None:
+                value(QUEUE, (*labels, state), float(count))
         category = source.diagnosis.category
         for name in CATEGORIES:
-            bottleneck.add_metric((*labels, name), 1.0 if name == category else 0.0)
+            value(BOTTLENECK, (*labels, name), 1.0 if name == category else 0.0)
         workers_seen: set[int] = set()
         for w in source.workers:
             if w.id in workers_seen:
                 continue
             workers_seen.add(w.id)
             wlabels = (*labels, str(w.id))
-            _add_histogram(fetch, wlabels, w.fetch_histogram)
+            if w.fetch_histogram is not None:
+                histogram(FETCH, wlabels, w.fetch_histogram)
             if not up:
-                worker_up.add_metric(wlabels, 0.0)  # its last reading is no longer news
+                value(WORKER_UP, wlabels, 0.0)  # its last reading is no longer news
             elif w.alive is not None:
-                worker_up.add_metric(wlabels, 1.0 if w.alive else 0.0)
+                value(WORKER_UP, wlabels, 1.0 if w.alive else 0.0)
             if w.rss_bytes is not None and up:
-                worker_rss.add_metric(wlabels, float(w.rss_bytes))
+                value(WORKER_RSS, wlabels, float(w.rss_bytes))
             if w.cpu_fraction is not None:
-                worker_cpu.add_metric(wlabels, w.cpu_fraction)
+                value(WORKER_CPU, wlabels, w.cpu_fraction)
         found: set[tuple[str, str, str]] = set()
         for f in source.findings:
             worker = "" if f.worker is None else str(f.worker)
             if (worker, f.kind, f.severity) not in found:
                 found.add((worker, f.kind, f.severity))
-                finding.add_metric((*labels, worker, f.kind, f.severity), 1.0)
+                value(FINDING, (*labels, worker, f.kind, f.severity), 1.0)
     machine_host = document.system.host if document.system is not None else ""
     machine_found: set[str] = set()
     for f in document.findings:
         if f.source is None and f.kind not in machine_found:
             machine_found.add(f.kind)
-            finding.add_metric((machine_host, "", "", "", "", f.kind, f.severity), 1.0)
-    return [source_up, batches, wait, step, wait_ratio, batch_size, queue, fetch, worker_up,
-            worker_rss, worker_cpu, bottleneck, finding]
+            value(FINDING, (machine_host, "", "", "", "", f.kind, f.severity), 1.0)
+
+
+def families(document: Document) -> list[MetricFamily]:
+    """Every metric family of CONTRACT §8 for `document`, as prometheus_client's objects."""
+    made = [family.metric_family() for family in FAMILIES]
+
+    def value(family: Family, labels: tuple[str, ...], v: float) -> None:
+        made[family.index].add_metric(labels, v)
+
+    def histogram(family: Family, labels: tuple[str, ...], figures: HistogramFigures) -> None:
+        buckets = _buckets(figures)
+        if buckets is not None:  # inconsistent figures: no series rather than a wrong one
+            made[family.index].add_metric(labels, buckets, figures.sum_ms / 1000.0)
+
+    walk(document, value, histogram)
+    return made
 
 
 class ExporterCollector(Collector):

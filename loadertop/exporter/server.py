@@ -14,7 +14,6 @@ delays receiving (beyond sharing the GIL) and never sees a model half-way throug
 
 from __future__ import annotations
 
-import gzip
 import socket
 import threading
 import time
@@ -22,24 +21,18 @@ from collections.abc import Callable, Iterable
 from typing import Any
 from wsgiref.simple_server import WSGIRequestHandler, make_server
 
-from prometheus_client import CollectorRegistry, ProcessCollector, generate_latest
-from prometheus_client.exposition import (
-    CONTENT_TYPE_PLAIN_0_0_4,
-    ThreadingWSGIServer,
-    gzip_accepted,
-)
+from prometheus_client import CollectorRegistry, ProcessCollector
+from prometheus_client.exposition import ThreadingWSGIServer, gzip_accepted
 
 from loadertop import endpoints
 from loadertop.document import Document
-from loadertop.exporter.collector import DocumentCollector, ExporterCollector
+from loadertop.exporter.collector import ExporterCollector
+from loadertop.exporter.exposition import Exposition
 from loadertop.viewer.subscriber import MAX_FRAMES_PER_POLL
 
 ADVANCE_S = 1.0  # the model moves on once a second, as the TUI's default refresh
 DRAIN_S = 0.25  # the receive loop reads its sockets this often (the probes report every 0.25 s)
 REQUEST_TIMEOUT_S = 10.0  # a client that connects and says nothing holds its thread this long
-# Prometheus asks for gzip; at level 1 a 1 MiB exposition (64 sources) shrinks ~15x in a few ms,
-# where the default level 9 costs several times that for a few per cent more.
-GZIP_LEVEL = 1
 
 INDEX = (b"<html><head><title>loadertop exporter</title></head><body><h1>loadertop exporter</h1>"
          b"<p><a href=\"/metrics\">/metrics</a></p></body></html>\n")
@@ -135,50 +128,18 @@ class _QuietHandler(WSGIRequestHandler):
         pass
 
 
-class Exposition:
-    """The registry's exposition for the latest document, written by prometheus_client once per
-    document however many scrapers ask (an HA pair of Prometheus servers, a curl beside them),
-    and its gzip once per document too.
-
-    Always the text format 0.0.4, which every Prometheus reads: OpenMetrics, which Prometheus
-    2.x asks for first, adds nothing these metrics use (no exemplars, no `_created`) and took
-    ~50 % longer to write here (prometheus_client 0.26, 10k series)."""
-
-    content_type = CONTENT_TYPE_PLAIN_0_0_4
-
-    def __init__(self, registry: CollectorRegistry, latest: Callable[[], Document | None]) -> None:
-        self._registry = registry
-        self._latest = latest
-        self._lock = threading.Lock()  # one writer at a time; the others then reuse its text
-        self._written_for: object = None
-        self._text = b""
-        self._gzipped: bytes | None = None
-
-    def body(self, gzipped: bool) -> bytes:
-        document = self._latest()
-        with self._lock:
-            if document is None or document is not self._written_for:
-                self._text = generate_latest(self._registry)
-                self._gzipped = None
-                self._written_for = document
-            if not gzipped:
-                return self._text
-            if self._gzipped is None:
-                self._gzipped = gzip.compress(self._text, compresslevel=GZIP_LEVEL)
-            return self._gzipped
-
-
 class MetricsServer:
-    """`/metrics`, written by prometheus_client from the registry (see `Exposition`), on a thread
+    """`/metrics`, prometheus_client's text of the latest document (see `Exposition`), on a thread
     per request. Binds in the constructor: an address in use or not on this machine is an
     OSError there, before anything is started."""
 
     def __init__(self, latest: Callable[[], Document | None], address: ListenAddress) -> None:
-        self.registry = CollectorRegistry(auto_describe=False)
-        self.registry.register(DocumentCollector(latest))
-        self.registry.register(ExporterCollector(latest))
-        self.registry.register(ProcessCollector(registry=None))  # the exporter's own CPU, memory
-        exposition = Exposition(self.registry, latest)
+        # The document's series are written by `Exposition` (prometheus_client's text, its
+        # per-series parts kept); the exporter's own figures by prometheus_client from this.
+        self.others = CollectorRegistry(auto_describe=False)
+        self.others.register(ExporterCollector(latest))
+        self.others.register(ProcessCollector(registry=None))  # the exporter's own CPU, memory
+        self.exposition = exposition = Exposition(self.others, latest)
 
         def app(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
             path = environ.get("PATH_INFO", "")

@@ -42,6 +42,7 @@ class Subscriber:
         self.sockets: dict[str, zmq.Socket] = {}
         self.by_socket: dict[zmq.Socket, str] = {}
         self._next_scan = 0.0
+        self._entries = discovery.EntryCache(self.directory)
         self.recorder: RecordingWriter | None = None  # set by `record` and `--record`
         if self.discover:
             model.discovery_dir = str(self.directory)
@@ -78,7 +79,7 @@ class Subscriber:
         if not self.discover:
             return
         self._next_scan = time.monotonic() + RESCAN_S
-        listed = {entry.endpoint for entry in discovery.list_entries(self.directory)}
+        listed = {entry.endpoint for entry in self._entries.entries()}
         for endpoint in sorted(listed):
             if endpoint not in self.sockets:
                 self._discovered.add(endpoint)

@@ -5,21 +5,25 @@ Against a real Prometheus server: tests/functional/test_export_prometheus.py."""
 
 from __future__ import annotations
 
+import inspect
 import socket
 import urllib.error
 import urllib.request
 
 import pytest
-from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client import CollectorRegistry
 from prometheus_client.parser import text_string_to_metric_families
 
 from loadertop import cli, wire
 from loadertop.diagnosis import CATEGORIES
 from loadertop.document import Document
-from loadertop.exporter.collector import DocumentCollector, ExporterCollector
+from loadertop.exporter import exposition
+from loadertop.exporter.collector import ExporterCollector
+from loadertop.exporter.exposition import Exposition, SeriesWriter, reference
 from loadertop.exporter.server import ListenError, MetricsServer, parse_listen
 from loadertop.viewer.model import Model
 
+import fakes
 from fakes import (
     T0,
     bad_frames_doc,
@@ -36,10 +40,11 @@ from fakes import (
 
 
 def scrape(doc: Document | None) -> str:
-    registry = CollectorRegistry(auto_describe=False)
-    registry.register(DocumentCollector(lambda: doc))
-    registry.register(ExporterCollector(lambda: doc))
-    return generate_latest(registry).decode()
+    """What the server's /metrics would serve for `doc` (its Exposition, without the process
+    collector, whose figures move)."""
+    others = CollectorRegistry(auto_describe=False)
+    others.register(ExporterCollector(lambda: doc))
+    return Exposition(others, lambda: doc, warn=pytest.fail).body(False).decode()
 
 
 def parsed(doc: Document | None) -> dict:
@@ -236,6 +241,63 @@ def test_two_sources_claiming_the_same_labels_are_served_once():
     fam = parsed(doc)
     assert len(samples(fam, "loadertop_source_up", loader="train")) == 1
     assert len(samples(fam, "loadertop_worker_up", loader="other")) == 1
+
+
+# --------------------------------------------------------------------------- the kept series
+DOCUMENTS = sorted(name for name, make in vars(fakes).items() if name.endswith("_doc")
+                   and not any(p.default is p.empty
+                               for p in inspect.signature(make).parameters.values()))
+
+
+def hostile_doc(name: str) -> Document:
+    model = Model()
+    model.ingest(loader_report(source=f"h{name}:1:{name}", name=name, host=f"h{name}"), T0)
+    return model.advance(T0 + 0.5)
+
+
+@pytest.mark.parametrize("make", DOCUMENTS)
+def test_the_kept_series_are_what_prometheus_client_writes(make):
+    """SeriesWriter's bytes equal `generate_latest`'s for the same document, the first time (every
+    prefix asked of prometheus_client) and the second (every prefix kept)."""
+    doc = getattr(fakes, make)()
+    writer = SeriesWriter()
+    assert writer.write(doc) == reference(doc)
+    assert writer.write(doc) == reference(doc)
+
+
+def test_kept_series_follow_sources_that_come_and_go_and_hostile_names():
+    writer = SeriesWriter()
+    docs = [healthy_doc(), findings_multi_source_doc(), *(hostile_doc(n) for n in HOSTILE),
+            killed_worker_doc(), fakes.empty_doc(), healthy_doc(), same_name_doc(),
+            hostile_doc(HOSTILE[0])]
+    for doc in docs:
+        assert writer.write(doc) == reference(doc)
+    # only the last document's series are kept
+    kept = set(writer._values) | {key[:2] for key in writer._histograms}
+    assert all(labels[3] == HOSTILE[0] for _, labels in kept)
+
+
+def test_a_prometheus_client_that_writes_otherwise_is_used_in_full(monkeypatch):
+    """The first document with sources is written both ways; if they differ (another
+    prometheus_client version), one line says so and every scrape is written in full."""
+    doc = healthy_doc()
+    monkeypatch.setattr(exposition, "value_prefix", lambda family, labels: "wrong ")
+    warnings: list[str] = []
+    served = Exposition(CollectorRegistry(auto_describe=False), lambda: doc, warn=warnings.append)
+    assert served.body(False) == reference(doc)
+    assert len(warnings) == 1 and "prometheus_client" in warnings[0]
+    doc = findings_multi_source_doc()
+    assert served.body(False) == reference(doc) and len(warnings) == 1
+
+
+def test_one_text_per_document_however_many_scrape():
+    doc = healthy_doc()
+    served = Exposition(CollectorRegistry(auto_describe=False), lambda: doc, warn=pytest.fail)
+    first = served.body(False)
+    assert served.body(False) is first
+    assert served.body(True) is served.body(True)
+    doc = finished_doc()
+    assert served.body(False) != first
 
 
 # --------------------------------------------------------------------------- --listen
