@@ -59,6 +59,7 @@ SYSTEM_MIN_GAP_S = 0.2
 RETIRE_AFTER_S = 10.0  # a loader garbage-collected this long ago says goodbye and stops reporting
 SNDHWM = 1000
 WORKER_RCVHWM = 10000  # workers' samples queued between two reads (REPORT_S apart): 40k/s
+REUSE_WAIT_S = 0.05  # how long a loader re-made under a dropped one's name waits for it to go
 CLOSE_LINGER_MS = 200  # at exit, let the goodbye messages leave, but never hold exit longer
 
 _lock = threading.Lock()
@@ -169,7 +170,17 @@ class Publisher:
         `run` does for a loader re-created at the same call site. None when there is none."""
         with self._records_lock:
             record = self._by_name.get(name)
-        if record is None or record.alive():
+        if record is None:
+            return None
+        if record.alive() and record.loader_dropped():
+            # The program dropped the loader, but its iterator lives on for a moment: this
+            # thread's reference went, the publisher thread may still hold one (it reads the
+            # queue through it) and then runs the iterator's shutdown, during which the weakref
+            # stays set. Give it up to REUSE_WAIT_S, sleeping so it gets the GIL.
+            deadline = time.monotonic() + REUSE_WAIT_S
+            while record.alive() and time.monotonic() < deadline:
+                time.sleep(0.001)
+        if record.alive():
             return None
         record._loader_ref = weakref.ref(loader)
         self.ensure_registered(record)

@@ -256,6 +256,10 @@ class LoaderRecord:
         loader = self._loader_ref() if self._loader_ref is not None else None
         return loader is not None or self.iterator is not None
 
+    def loader_dropped(self) -> bool:
+        """The loader itself is garbage-collected (an iterator of it may remain)."""
+        return self._loader_ref is not None and self._loader_ref() is None
+
     @property
     def iterator(self):
         return self._iterator_ref() if self._iterator_ref is not None else None
@@ -442,6 +446,10 @@ class LoaderRecord:
         self._q_last = depth
         if not in_next:
             self._check_received(it)
+        # Hold the user's iterator no longer than needed: while this thread has it, a loader the
+        # program dropped stays "alive" (see `alive`), and the loader it makes next under the
+        # same name would become another source ("train-2").
+        it = None
         self._q_samples += 1
         self._q_ready_sum += depth.ready
         self._q_flight_sum += depth.in_flight
@@ -612,6 +620,7 @@ class LoaderRecord:
         it = self.iterator
         if it is not None:
             self._worker_procs = torch_internals.worker_pids(it)
+        it = None  # not held through the psutil reads below (see sample_queue)
         # Once the iterator is gone (a break, an epoch end, a worker death raising in the loop),
         # the remembered Process objects still tell how each worker ended.
         status = {}
