@@ -33,7 +33,13 @@ Seconds = Annotated[float, Meta(ge=0)]
 Fraction = Annotated[float, Meta(ge=0, le=1000)]  # cpu fractions can exceed 1 with threads
 Text = Annotated[str, Meta(max_length=MAX_TEXT)]
 ShortText = Annotated[str, Meta(max_length=256)]
-Samples = Annotated[list[Micros], Meta(max_length=MAX_SAMPLES)]
+# Sequences decode as tuples and the report structs are gc=False: a viewer keeps HISTORY_S of
+# every source's reports (for 64 sources ~3k reports, ~70k sequences), and as lists in tracked
+# structs they were ~280k objects that each full garbage collection walked (146-210 ms each,
+# 2.4 % of a core in `loadertop export`). The collector untracks a tuple of numbers or strings
+# the first time it looks at it, and nothing decoded from the wire can form a cycle. The probe
+# still builds them from lists (msgpack arrays alike); nothing reads them back there.
+Samples = Annotated[tuple[Micros, ...], Meta(max_length=MAX_SAMPLES)]
 
 # The fixed buckets every wait, step and worker fetch is counted in (CONTRACT §8: Prometheus
 # histograms that count every batch, where the samples above are decimated). Upper bounds in ns,
@@ -53,7 +59,7 @@ class WireError(ValueError):
         self.reason = reason
 
 
-class LoaderConfig(msgspec.Struct, frozen=True):
+class LoaderConfig(msgspec.Struct, frozen=True, gc=False):
     num_workers: Count
     batch_size: Annotated[int, Meta(ge=0)] | None
     prefetch_factor: Count | None
@@ -65,7 +71,7 @@ class LoaderConfig(msgspec.Struct, frozen=True):
     iterable: bool = False
 
 
-class QueueReport(msgspec.Struct, frozen=True):
+class QueueReport(msgspec.Struct, frozen=True, gc=False):
     """Queue depth as sampled by the probe's background thread during one report interval.
 
     ``ready``/``in_flight`` are the latest sample (None when torch's internals could not be read);
@@ -88,10 +94,10 @@ class QueueReport(msgspec.Struct, frozen=True):
 
 
 MAX_FRAMES = 256  # frames of one stack (innermost kept)
-Frames = Annotated[list[Text], Meta(max_length=MAX_FRAMES)]
+Frames = Annotated[tuple[Text, ...], Meta(max_length=MAX_FRAMES)]
 
 
-class Stack(msgspec.Struct, frozen=True):
+class Stack(msgspec.Struct, frozen=True, gc=False):
     """A thread's Python stack, innermost frame last, each ``"file:line in function"``.
 
     ``user_frame`` indexes the innermost frame of the user's own code (not the standard library,
@@ -103,7 +109,7 @@ class Stack(msgspec.Struct, frozen=True):
     taken_at: Seconds = 0.0
 
 
-class WorkerResources(msgspec.Struct, frozen=True):
+class WorkerResources(msgspec.Struct, frozen=True, gc=False):
     """One worker's slow readings (every few seconds, the probe thread): private memory, open
     files, threads. None where this platform or permissions do not tell."""
 
@@ -116,7 +122,7 @@ class WorkerResources(msgspec.Struct, frozen=True):
     threads: Count | None = None
 
 
-class ResourceReport(msgspec.Struct, frozen=True):
+class ResourceReport(msgspec.Struct, frozen=True, gc=False):
     """The training process's and its workers' slow readings, sampled every few seconds by the
     probe thread (never the training thread); sent in the report after each sample."""
 
@@ -126,10 +132,10 @@ class ResourceReport(msgspec.Struct, frozen=True):
     fds: Count | None = None
     fd_limit: Count | None = None  # RLIMIT_NOFILE, soft
     threads: Count | None = None
-    workers: Annotated[list[WorkerResources], Meta(max_length=MAX_WORKERS)] = []
+    workers: Annotated[tuple[WorkerResources, ...], Meta(max_length=MAX_WORKERS)] = ()
 
 
-class LoopError(msgspec.Struct, frozen=True):
+class LoopError(msgspec.Struct, frozen=True, gc=False):
     """An exception other than StopIteration that left the loop's next() (the loop ended)."""
 
     type: ShortText
@@ -137,25 +143,25 @@ class LoopError(msgspec.Struct, frozen=True):
     at: Seconds  # Unix time
 
 
-class RngShare(msgspec.Struct, frozen=True):
+class RngShare(msgspec.Struct, frozen=True, gc=False):
     """A random state that two or more workers of one epoch started with identically."""
 
     state: ShortText  # e.g. "dataset.rng (numpy Generator)", "numpy global", "random"
-    workers: Annotated[list[Count], Meta(max_length=MAX_WORKERS)]
+    workers: Annotated[tuple[Count, ...], Meta(max_length=MAX_WORKERS)]
 
 
-class Histogram(msgspec.Struct, frozen=True, array_like=True):
+class Histogram(msgspec.Struct, frozen=True, gc=False, array_like=True):
     """Every value counted since the probe began recording this loader (cumulative, so a report
     lost on the way loses nothing): ``counts[i]`` values in (bound i-1, bound i] of
     HISTOGRAM_BOUNDS_NS (a value equal to a bound is in that bound's bucket, as Prometheus's
     ``le``), the last beyond the last bound; ``sum_ns`` their sum. A viewer ignores a histogram
     whose length is not ``len(HISTOGRAM_BOUNDS_NS) + 1``."""
 
-    counts: Annotated[list[Count], Meta(max_length=MAX_BUCKETS)]
+    counts: Annotated[tuple[Count, ...], Meta(max_length=MAX_BUCKETS)]
     sum_ns: Count = 0
 
 
-class WorkerReport(msgspec.Struct, frozen=True):
+class WorkerReport(msgspec.Struct, frozen=True, gc=False):
     id: Count
     pid: Pid | None
     alive: bool | None
@@ -163,10 +169,10 @@ class WorkerReport(msgspec.Struct, frozen=True):
     cpu_percent: Annotated[float, Meta(ge=0)] | None = None
     rss_bytes: Count | None = None
     batches: Count = 0  # batches this worker finished fetching during the interval
-    fetch_us: Samples = []  # per batch: getting the items, collate_fn excluded (possibly decimated)
+    fetch_us: Samples = ()  # per batch: getting the items, collate_fn excluded (possibly decimated)
     fetch_wall_ns: Count = 0  # exact sums over all `batches` (items and collate), for cpu_fraction
     fetch_cpu_ns: Count = 0
-    collate_us: Samples = []  # per batch: the collate_fn
+    collate_us: Samples = ()  # per batch: the collate_fn
     # Inside its current batch for this long (None: not busy, or unknown): it has work
     # outstanding and produced nothing since. With `stack` once that passes STACK_AFTER_MS.
     busy_ms: Annotated[float, Meta(ge=0)] | None = None
@@ -176,7 +182,7 @@ class WorkerReport(msgspec.Struct, frozen=True):
     fetch_histogram: Histogram | None = None
 
 
-class StageReport(msgspec.Struct, frozen=True):
+class StageReport(msgspec.Struct, frozen=True, gc=False):
     """Where the loop's wait went during one interval (CONTRACT §5).
 
     With workers, each batch the loop received is paired with the stamp its worker took when the
@@ -190,15 +196,15 @@ class StageReport(msgspec.Struct, frozen=True):
     paired: Count = 0
     producing_ns: Count = 0  # of the paired batches' waits: before the batch was produced
     handoff_ns: Count = 0  # ... and after
-    handoff_us: Samples = []
-    fetch_us: Samples = []  # num_workers=0 only (workers report theirs in WorkerReport)
-    collate_us: Samples = []
+    handoff_us: Samples = ()
+    fetch_us: Samples = ()  # num_workers=0 only (workers report theirs in WorkerReport)
+    collate_us: Samples = ()
     unpaired: ShortText | None = None
     batch_tensors: Count | None = None  # the latest sampled batch: how many tensors it holds
     batch_bytes: Count | None = None  # ... and their bytes
 
 
-class LoaderReport(msgspec.Struct, frozen=True, tag="loader"):
+class LoaderReport(msgspec.Struct, frozen=True, gc=False, tag="loader"):
     """One loader's activity since its previous report; identity and config repeat in every report
     so a viewer that joins late needs only one message to know the source."""
 
@@ -222,8 +228,8 @@ class LoaderReport(msgspec.Struct, frozen=True, tag="loader"):
     step_us: Samples
     blocked_ms: Annotated[float, Meta(ge=0)] | None  # inside next() right now, for this long
     queue: QueueReport
-    workers: Annotated[list[WorkerReport], Meta(max_length=MAX_WORKERS)]
-    loop_fetch_us: Samples = []  # num_workers=0: the main process fetches, sampled
+    workers: Annotated[tuple[WorkerReport, ...], Meta(max_length=MAX_WORKERS)]
+    loop_fetch_us: Samples = ()  # num_workers=0: the main process fetches, sampled
     loop_fetch_wall_ns: Count = 0
     loop_fetch_cpu_ns: Count = 0
     dropped: Count = 0  # messages or samples the probe knows it lost, cumulative
@@ -234,9 +240,9 @@ class LoaderReport(msgspec.Struct, frozen=True, tag="loader"):
     error: LoopError | None = None  # the last exception out of next() this epoch
     # First-batch latency of the latest epochs (up to 8, oldest first; in every report): from
     # the loader's iter() (torch starts the workers there) to the loop having batch 0.
-    epoch_starts_ms: Annotated[list[Annotated[float, Meta(ge=0)]], Meta(max_length=64)] = []
+    epoch_starts_ms: Annotated[tuple[Annotated[float, Meta(ge=0)], ...], Meta(max_length=64)] = ()
     rng_checked: Count = 0  # workers of this epoch whose starting random state was read
-    rng_shared: Annotated[list[RngShare], Meta(max_length=64)] = []
+    rng_shared: Annotated[tuple[RngShare, ...], Meta(max_length=64)] = ()
     # CPU time over this report's interval (None where it could not be read): the whole training
     # process (every thread, its workers not included) and the thread that iterates this loader.
     process_cpu_ns: Count | None = None
@@ -247,12 +253,12 @@ class LoaderReport(msgspec.Struct, frozen=True, tag="loader"):
     step_histogram: Histogram | None = None
 
 
-class GpuProcess(msgspec.Struct, frozen=True):
+class GpuProcess(msgspec.Struct, frozen=True, gc=False):
     pid: Pid
     used_mem_bytes: Count | None = None
 
 
-class GpuReport(msgspec.Struct, frozen=True):
+class GpuReport(msgspec.Struct, frozen=True, gc=False):
     index: Count
     name: ShortText
     uuid: ShortText | None = None
@@ -263,17 +269,17 @@ class GpuReport(msgspec.Struct, frozen=True):
     temperature_c: float | None = None
     power_w: float | None = None
     power_limit_w: float | None = None
-    processes: Annotated[list[GpuProcess], Meta(max_length=MAX_WORKERS)] = []
+    processes: Annotated[tuple[GpuProcess, ...], Meta(max_length=MAX_WORKERS)] = ()
 
 
-class CgroupReport(msgspec.Struct, frozen=True):
+class CgroupReport(msgspec.Struct, frozen=True, gc=False):
     version: int | None = None
     cpu_quota_cores: float | None = None
     mem_limit_bytes: Count | None = None
     mem_used_bytes: Count | None = None
 
 
-class SystemReport(msgspec.Struct, frozen=True, tag="system"):
+class SystemReport(msgspec.Struct, frozen=True, gc=False, tag="system"):
     """The trainer's machine, sampled on the trainer's side (a remote viewer must see *its* CPU)."""
 
     host: ShortText
@@ -282,7 +288,7 @@ class SystemReport(msgspec.Struct, frozen=True, tag="system"):
     cpu_count: Count
     cores_available: float | None = None
     cpu_percent: float | None = None
-    per_cpu_percent: Annotated[list[float], Meta(max_length=4096)] | None = None
+    per_cpu_percent: Annotated[tuple[float, ...], Meta(max_length=4096)] | None = None
     iowait_percent: float | None = None
     load_avg_1m: float | None = None
     mem_total_bytes: Count | None = None
@@ -296,14 +302,14 @@ class SystemReport(msgspec.Struct, frozen=True, tag="system"):
     disk_write_bytes_per_s: float | None = None
     cgroup: CgroupReport | None = None
     gpu_status: ShortText = "no_nvml"
-    gpus: Annotated[list[GpuReport], Meta(max_length=64)] = []
+    gpus: Annotated[tuple[GpuReport, ...], Meta(max_length=64)] = ()
     # /dev/shm (or LOADERTOP_SHM_PATH): workers hand batches over through it.
     shm_path: ShortText | None = None
     shm_total_bytes: Count | None = None
     shm_free_bytes: Count | None = None
 
 
-class Goodbye(msgspec.Struct, frozen=True, tag="bye"):
+class Goodbye(msgspec.Struct, frozen=True, gc=False, tag="bye"):
     """The source's process is exiting (at exit, even after an uncaught exception): the viewer
     marks it `finished`, not `gone`; ``error`` says how its loop ended when it crashed."""
 

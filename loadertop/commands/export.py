@@ -41,6 +41,7 @@ def main(args) -> int:
         exporter = server.Exporter(sub)
         try:
             metrics = server.MetricsServer(exporter.latest, address)
+            exporter.after_advance = metrics.exposition.prepare
         except OSError as exc:
             print_error(f"cannot listen on {args.listen}: {exc.strerror or exc}")
             return 2

@@ -23,6 +23,7 @@ from __future__ import annotations
 import gzip
 import sys
 import threading
+import time
 from collections.abc import Callable, Iterable, Iterator
 
 from prometheus_client import CollectorRegistry, generate_latest
@@ -43,6 +44,8 @@ from loadertop.exporter.collector import (
 # Prometheus asks for gzip; at level 1 a 1 MiB exposition (64 sources) shrinks ~15x in a few ms,
 # where the default level 9 costs several times that for a few per cent more.
 GZIP_LEVEL = 1
+# A scrape expected before the next advance plus this much is written for ahead (`prepare`).
+PREPARE_MARGIN_S = 0.25
 _COUNT, _SUM = -1, -2  # what a histogram line holds that is not a bucket
 
 
@@ -190,9 +193,14 @@ class Exposition:
     content_type = CONTENT_TYPE_PLAIN_0_0_4
 
     def __init__(self, others: CollectorRegistry, latest: Callable[[], Document | None], *,
-                 warn: Callable[[str], None] | None = None) -> None:
+                 warn: Callable[[str], None] | None = None,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self._others = others
         self._latest = latest
+        self._clock = clock
+        self._scraped_at: float | None = None  # the latest scrape's time, and the gap before it
+        self._scrape_gap: float | None = None
+        self._scrape_gzipped = True
         self._writer: SeriesWriter | None = SeriesWriter()
         self._checked = False
         self._warn = warn or (lambda line: print(line, file=sys.stderr, flush=True))
@@ -214,6 +222,32 @@ class Exposition:
                            "(slower)")
                 return reference(document)
         return text
+
+    def scrape(self, gzipped: bool) -> bytes:
+        """The body for a scraper (the HTTP handler): `body`, and when it came, for `prepare`."""
+        now = self._clock()
+        if self._scraped_at is not None:
+            self._scrape_gap = now - self._scraped_at
+        self._scraped_at, self._scrape_gzipped = now, gzipped
+        return self.body(gzipped)
+
+    def prepare(self, next_advance_in: float) -> bool:
+        """Write the latest document's body now (on the receive thread, just after an advance)
+        if the next scrape, expected one gap after the last, comes before the next advance: it
+        is then served at once instead of waiting for the writing, which shared the GIL with an
+        advance (a 64-source scrape took up to 134 ms that way here, 30 ms at the median). Once
+        per scrape, as when the scrape writes it: a 15 s scraper is not written for every
+        second. True if it wrote."""
+        scraped_at, gap = self._scraped_at, self._scrape_gap
+        if scraped_at is None or gap is None:
+            return False
+        expected, now = scraped_at + gap, self._clock()
+        # Not yet due, or overdue by more than an advance (the scraper stopped or slowed down:
+        # its next scrape, if any, writes for itself).
+        if not now - next_advance_in <= expected <= now + next_advance_in + PREPARE_MARGIN_S:
+            return False
+        self.body(self._scrape_gzipped)
+        return True
 
     def body(self, gzipped: bool) -> bytes:
         document = self._latest()

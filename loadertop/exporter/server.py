@@ -87,6 +87,8 @@ class Exporter:
         self.advance_s = advance_s
         self.clock = clock
         self.document: Document | None = None
+        # Called after each advance with the seconds to the next (MetricsServer.prepare).
+        self.after_advance: Callable[[float], object] | None = None
 
     def latest(self) -> Document | None:
         """The document of the last advance (what a scrape reads; any thread)."""
@@ -116,6 +118,8 @@ class Exporter:
                 # On the grid: a late advance does not shift the ones after it, a very late one
                 # (a suspended process) does not bunch them either.
                 next_advance = max(next_advance + self.advance_s, now)
+                if self.after_advance is not None:
+                    self.after_advance(next_advance - monotonic())
             stop.wait(max(0.0, min(next_drain, next_advance) - monotonic()))
 
 
@@ -148,7 +152,7 @@ class MetricsServer:
                     start_response("405 Method Not Allowed", [("Allow", "GET, HEAD")])
                     return [b""]
                 gzipped = gzip_accepted(environ.get("HTTP_ACCEPT_ENCODING", ""))
-                body = exposition.body(gzipped)
+                body = exposition.scrape(gzipped)
                 headers = [("Content-Type", exposition.content_type),
                            ("Content-Length", str(len(body)))]
                 if gzipped:

@@ -424,3 +424,44 @@ def test_help_imports_neither_prometheus_client_nor_torch():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
                          check=True).stdout.strip()
     assert out == "[]"
+
+
+def test_the_body_is_written_ahead_only_for_a_scrape_due_before_the_next_advance():
+    """After two scrapes 1 s apart, each advance writes the next body ahead; scraped every 15 s,
+    only the advance just before the next scrape does."""
+    now = [100.0]
+    docs = [healthy_doc()]
+    served = Exposition(CollectorRegistry(auto_describe=False), lambda: docs[-1],
+                        warn=pytest.fail, clock=lambda: now[0])
+    assert served.prepare(1.0) is False  # never scraped
+    served.scrape(True)
+    now[0] += 1.0
+    served.scrape(True)
+    docs.append(finished_doc())
+    assert served.prepare(1.0) is True
+    written = served.body(True)
+    now[0] += 1.0
+    assert served.scrape(True) is written  # served what was written ahead
+    # every 15 s
+    now[0] += 15.0
+    served.scrape(True)
+    for _ in range(13):
+        now[0] += 1.0
+        docs.append(healthy_doc())
+        assert served.prepare(1.0) is False
+    now[0] += 1.0
+    docs.append(killed_worker_doc())
+    assert served.prepare(1.0) is True
+
+
+def test_a_scraper_that_stopped_is_not_written_for():
+    now = [100.0]
+    served = Exposition(CollectorRegistry(auto_describe=False), healthy_doc,
+                        warn=pytest.fail, clock=lambda: now[0])
+    served.scrape(False)
+    now[0] += 0.2
+    served.scrape(False)  # polled every 0.2 s, then no more
+    now[0] += 0.5
+    assert served.prepare(1.0) is True  # overdue by less than an advance
+    now[0] += 1.0
+    assert not any(served.prepare(1.0) for _ in range(3))

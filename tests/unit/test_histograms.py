@@ -70,7 +70,8 @@ def test_histograms_round_trip_on_the_wire():
         wait_histogram=h, step_histogram=wire.Histogram(counts=[0] * N_BUCKETS),
         workers=[wire.WorkerReport(id=0, pid=5, alive=True, fetch_histogram=h)])
     back = wire.decode(wire.encode(msg))
-    assert back == msg and back.wait_histogram == h and back.workers[0].fetch_histogram == h
+    assert msgspec.json.encode(back) == msgspec.json.encode(msg)
+    assert back.wait_histogram.counts == tuple(h.counts) == back.workers[0].fetch_histogram.counts
 
 
 def test_a_report_without_histograms_still_decodes():
