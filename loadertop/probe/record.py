@@ -647,7 +647,7 @@ class LoaderRecord:
                 if self.stack_dir:  # a worker gone: its stack files too
                     stacks.remove_worker_files(self.stack_dir, pid)
         self._worker_status = status
-        self._update_busy(it, time.perf_counter_ns())
+        self._update_busy(self.iterator, time.perf_counter_ns())  # read anew: see above
 
     def worker_pid_pairs(self) -> list[tuple[int, int]]:
         """(worker id, pid) of the current epoch's workers that were alive at the last sample."""
