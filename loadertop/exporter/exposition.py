@@ -25,6 +25,8 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
+from itertools import accumulate, chain
+from operator import itemgetter
 
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
@@ -47,6 +49,8 @@ GZIP_LEVEL = 1
 # A scrape expected before the next advance plus this much is written for ahead (`prepare`).
 PREPARE_MARGIN_S = 0.25
 _COUNT, _SUM = -1, -2  # what a histogram line holds that is not a bucket
+_Glued = tuple[tuple[str, ...], Callable[[list[str]], tuple[str, ...]]]
+MAX_SPELLED = 1 << 16  # counts whose spelling is kept (then forgotten all at once)
 
 
 class _Families(Collector):
@@ -112,6 +116,18 @@ def histogram_prefixes(family: Family, labels: tuple[str, ...],
     return tuple(out)
 
 
+def _glued(prefixes: tuple[tuple[str, int], ...] | None) -> _Glued | None:
+    """A histogram's line prefixes as the text between its values (each prefix after the first
+    with the newline that ends the line before it), and which value goes after each: an index
+    into the cumulative counts with the sum after them (_COUNT is the last bucket's, +Inf)."""
+    if prefixes is None:
+        return None
+    buckets = sum(1 for _, which in prefixes if which >= 0)
+    where = tuple(buckets - 1 if which == _COUNT else buckets if which == _SUM else which
+                  for _, which in prefixes)
+    return (prefixes[0][0], *("\n" + prefix for prefix, _ in prefixes[1:])), itemgetter(*where)
+
+
 class SeriesWriter:
     """`generate_latest` of a registry holding a `DocumentCollector`, for one document after
     another, with the series' prefixes kept from one document to the next (those of series no
@@ -121,15 +137,23 @@ class SeriesWriter:
         self._headers = [header(family) for family in FAMILIES]
         self._values: dict[tuple[int, tuple[str, ...]], str] = {}
         self._histograms: dict[tuple[int, tuple[str, ...], tuple[float, ...]],
-                               tuple[tuple[str, int], ...] | None] = {}
+                               _Glued | None] = {}
+        self._spelled: dict[int, str] = {}  # a count -> floatToGoString's text of it
 
     def write(self, document: Document) -> bytes:
         old_values, old_histograms = self._values, self._histograms
         values: dict[tuple[int, tuple[str, ...]], str] = {}
         histograms: dict[tuple[int, tuple[str, ...], tuple[float, ...]],
-                         tuple[tuple[str, int], ...] | None] = {}
+                         _Glued | None] = {}
         out: list[list[str]] = [[header] for header in self._headers]
         spell: Callable[[float], str] = floatToGoString
+        spelled = self._spelled
+        if len(spelled) > MAX_SPELLED:
+            spelled.clear()
+
+        def spell_count(total: int) -> str:
+            text = spelled[total] = spell(total)
+            return text
 
         def value(family: Family, labels: tuple[str, ...], v: float) -> None:
             key = (family.index, labels)
@@ -142,31 +166,20 @@ class SeriesWriter:
         def histogram(family: Family, labels: tuple[str, ...], figures: HistogramFigures) -> None:
             key = (family.index, labels, figures.le_ms)
             if key in old_histograms:
-                prefixes = old_histograms[key]
+                glue = old_histograms[key]
             else:
-                prefixes = histogram_prefixes(family, labels, figures)
-            histograms[key] = prefixes
-            if prefixes is None or len(figures.counts) != len(figures.le_ms) + 1:
+                glue = _glued(histogram_prefixes(family, labels, figures))
+            histograms[key] = glue
+            if glue is None or len(figures.counts) != len(figures.le_ms) + 1:
                 return
-            # The cumulative counts, spelled; a histogram's upper buckets mostly repeat the
-            # one below (nothing that slow), so a repeated count reuses its spelling.
-            spelled = []
-            total = 0
-            previous = -1
-            text = ""
-            for count in figures.counts:
-                total += count
-                if total != previous:
-                    previous, text = total, spell(total)
-                spelled.append(text)
-            lines = out[family.index]
-            for prefix, which in prefixes:
-                if which >= 0:
-                    lines.append(prefix + spelled[which] + "\n")
-                elif which == _COUNT:
-                    lines.append(prefix + spelled[-1] + "\n")
-                else:
-                    lines.append(prefix + spell(figures.sum_ms / 1000.0) + "\n")
+            # The cumulative counts, spelled (a histogram's upper buckets mostly repeat the one
+            # below, and counts repeat across series and scrapes: spelled once), then _count
+            # and _sum; the lines are the kept text and these, interleaved, in C.
+            texts, pick = glue
+            values = [spelled.get(total) or spell_count(total)
+                      for total in accumulate(figures.counts)]
+            values.append(spell(figures.sum_ms / 1000.0))
+            out[family.index].append("".join(chain.from_iterable(zip(texts, pick(values)))) + "\n")
 
         walk(document, value, histogram)
         self._values, self._histograms = values, histograms
