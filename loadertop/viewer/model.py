@@ -200,9 +200,15 @@ class _Window:
         stages: list[wire.StageReport] = []
         # Each worker's sums by (id, pid): a worker of an earlier epoch is another process.
         workers: dict[tuple[int, int | None], _WorkerSums] = {}
-        for received, m in reports:
+        # The window is the deque's tail (HISTORY_S of reports are kept: ~480, the window ~12),
+        # found from the right, then walked oldest first as the figures expect.
+        recent: list[wire.LoaderReport] = []
+        for received, m in reversed(reports):
             if received < since:
-                continue
+                break
+            recent.append(m)
+        recent.reverse()
+        for m in recent:
             batches += m.batches
             covered += m.interval_s
             wait_ns += m.wait_ns

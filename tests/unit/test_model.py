@@ -204,3 +204,39 @@ def test_a_split_needs_a_few_paired_batches():
                                              handoff_us=[1, 1])), now=10.0)
     (src,) = model.advance(10.1).sources
     assert src.stages.wait_split is None and src.stages.handoff_ms is not None
+
+
+def test_stats_of_whole_microseconds_are_numpys_percentiles_of_the_milliseconds():
+    """`stats_of_us` sorts ints and turns only its five figures into ms: the percentiles are the
+    same floats as interpolating the ms values (numpy's default), the mean within a rounding."""
+    import random
+
+    from loadertop.viewer.model import percentile, stats_of_us
+
+    rng = random.Random(7)
+    for _ in range(3000):
+        n = rng.choice([1, 2, 3, 4, 7, 34, 135, 1000])
+        us = [rng.randint(0, rng.choice([10, 1000, 10**5, 10**8])) for _ in range(n)]
+        ms = sorted(v / 1000.0 for v in us)
+        stats = stats_of_us(list(us))
+        assert stats is not None
+        for q, got in ((50, stats.p50), (95, stats.p95), (99, stats.p99), (100, stats.max)):
+            assert got == round(percentile(ms, q), 3), (us, q)
+        assert abs(stats.mean - sum(ms) / n) <= 0.0005 + 1e-9
+    assert stats_of_us([]) is None
+
+
+def test_a_workers_figures_are_its_own_process_s_and_the_stages_every_process_s():
+    """A worker id re-made in a new epoch is another process: its row sums only the reports of
+    the pid it has now; the stages' fetch times take every process the window saw."""
+    model = Model()
+    old = loader_report(seq=0, workers=[wire.WorkerReport(
+        id=0, pid=501, alive=True, batches=2, fetch_us=(1000, 1000), fetch_wall_ns=2_000_000)])
+    new = loader_report(seq=1, workers=[wire.WorkerReport(
+        id=0, pid=502, alive=True, batches=1, fetch_us=(7000,), fetch_wall_ns=7_000_000)])
+    model.ingest(old, T0)
+    model.ingest(new, T0 + 0.25)
+    (source,) = model.advance(T0 + 0.5).sources
+    (worker,) = source.workers
+    assert (worker.pid, worker.batches, worker.fetch_ms.max) == (502, 1, 7.0)
+    assert source.stages.fetch_ms.max == 7.0 and source.stages.fetch_ms.p50 == 1.0
