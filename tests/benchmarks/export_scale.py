@@ -135,7 +135,9 @@ def main() -> int:
         port = free_port()
         exporter = subprocess.Popen(
             [sys.executable, "-m", "loadertop", "export", "--listen", f"127.0.0.1:{port}"],
-            env=env, stdin=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
+            # In REPO: `-m` puts the working directory first on sys.path, before PYTHONPATH.
+            env=env, stdin=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True,
+            cwd=REPO)
         url = f"http://127.0.0.1:{port}/metrics"
         deadline = time.monotonic() + 60
         while True:

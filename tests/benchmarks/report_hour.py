@@ -61,8 +61,9 @@ def main() -> int:
           f"(written in {time.monotonic() - started:.1f} s)")
     started = time.monotonic()
     env = dict(os.environ, PYTHONPATH=str(TESTS.parent))
+    # In the repo: `-m` puts the working directory first on sys.path, before PYTHONPATH.
     subprocess.run([sys.executable, "-m", "loadertop", "report", str(recording), "-o", str(page)],
-                   check=True, env=env)
+                   check=True, env=env, cwd=TESTS.parent)
     took = time.monotonic() - started
     text = page.read_text()
     step = re.search(r"one every ([\d.]+) s", text)
