@@ -42,6 +42,7 @@ def main(args) -> int:
         try:
             metrics = server.MetricsServer(exporter.latest, address)
             exporter.after_advance = metrics.exposition.prepare
+            exporter.next_scrape = metrics.exposition.next_scrape
         except OSError as exc:
             print_error(f"cannot listen on {args.listen}: {exc.strerror or exc}")
             return 2

@@ -244,6 +244,15 @@ class Exposition:
         self._scraped_at, self._scrape_gzipped = now, gzipped
         return self.body(gzipped)
 
+    def next_scrape(self) -> float | None:
+        """When the next scrape is expected (this clock): one gap after the last, while the
+        scraper keeps to it (None before two scrapes, or once it is a gap overdue)."""
+        scraped_at, gap = self._scraped_at, self._scrape_gap
+        if scraped_at is None or gap is None or gap <= 0:
+            return None
+        expected = scraped_at + gap
+        return expected if self._clock() <= expected + gap else None
+
     def prepare(self, next_advance_in: float) -> bool:
         """Write the latest document's body now (on the receive thread, just after an advance)
         if the next scrape, expected one gap after the last, comes before the next advance: it

@@ -87,8 +87,10 @@ class Exporter:
         self.advance_s = advance_s
         self.clock = clock
         self.document: Document | None = None
-        # Called after each advance with the seconds to the next (MetricsServer.prepare).
+        # Called after each advance with the seconds to the next (Exposition.prepare).
         self.after_advance: Callable[[float], object] | None = None
+        # When the next scrape is expected (Exposition.next_scrape, monotonic), None: unknown.
+        self.next_scrape: Callable[[], float | None] | None = None
 
     def latest(self) -> Document | None:
         """The document of the last advance (what a scrape reads; any thread)."""
@@ -97,6 +99,25 @@ class Exporter:
     def advance(self) -> Document:
         self.document = self.subscriber.model.advance(self.clock())
         return self.document
+
+    def phased(self, next_advance: float, now: float) -> float:
+        """`next_advance`, moved (by at most a quarter of an advance each time) towards the grid
+        that puts an advance half an advance before the next expected scrape.
+
+        An advance of 64 sources and writing their body after it hold the GIL for ~70 ms here; a
+        scrape arriving meanwhile waited for both (up to 123 ms measured). Half an advance away,
+        the scrape finds its body written and the receive thread idle, and that body is at most
+        half an advance old. Prometheus scrapes a target at a fixed offset of its interval, so
+        the grid settles after a step or two and then moves only with the scraper's jitter."""
+        expected = self.next_scrape() if self.next_scrape is not None else None
+        if expected is None:
+            return next_advance
+        step = self.advance_s
+        shift = (expected - step / 2 - next_advance) % step  # in [0, step)
+        if shift > step / 2:
+            shift -= step  # in (-step/2, step/2]: the nearer way
+        shift = max(-step / 4, min(step / 4, shift))
+        return max(next_advance + shift, now + step / 2)
 
     def run(self, stop: threading.Event) -> None:
         """Receive and advance until `stop` is set (on the thread that owns the subscriber).
@@ -117,7 +138,7 @@ class Exporter:
                 self.advance()
                 # On the grid: a late advance does not shift the ones after it, a very late one
                 # (a suspended process) does not bunch them either.
-                next_advance = max(next_advance + self.advance_s, now)
+                next_advance = self.phased(max(next_advance + self.advance_s, now), now)
                 if self.after_advance is not None:
                     self.after_advance(next_advance - monotonic())
             stop.wait(max(0.0, min(next_drain, next_advance) - monotonic()))

@@ -8,10 +8,11 @@ registered in a private discovery directory like an instrumented process, sendin
 reports (tests/fakes.py's LoaderSim: 4 workers each, ~42 batches/s, with the probe's histograms)
 every 0.25 s and its machine's report every second. Then runs the real `loadertop export` on
 that directory, waits until it serves every source and the model's 120 s of history are full
-(`--warmup`), watches it unscraped for half of `--seconds`, then scrapes /metrics once a second for `--seconds` as Prometheus 2.x does (asking
-for OpenMetrics first, with gzip). Prints the exporter's CPU (its process CPU time / wall time,
-psutil), split into receiving and each scrape's cost, and each scrape's latency (request to last
-byte) against the goals: <= 5 % of one core, < 100 ms per scrape.
+(`--warmup`), watches it unscraped for half of `--seconds`, then scrapes /metrics once a second
+for `--seconds` as Prometheus 2.x does (asking for OpenMetrics first, with gzip). Prints the
+exporter's CPU (its process CPU time / wall time, psutil), split into receiving and each
+scrape's cost, and each scrape's latency (request to last byte) against the goals: <= 5 % of one
+core, < 100 ms per scrape.
 
 Not a pytest test: it takes about three minutes and its figures depend on the machine.
 """

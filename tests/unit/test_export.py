@@ -465,3 +465,42 @@ def test_a_scraper_that_stopped_is_not_written_for():
     assert served.prepare(1.0) is True  # overdue by less than an advance
     now[0] += 1.0
     assert not any(served.prepare(1.0) for _ in range(3))
+
+
+def test_the_advances_settle_half_an_advance_before_each_expected_scrape():
+    """A scraper every second at .9 past: the advances move a quarter of an advance at most per
+    step onto .4 past (half a second before each scrape) and stay there; with no scraper in
+    view the grid is left alone."""
+    from loadertop.exporter.server import Exporter
+
+    scrape_at = [None]
+    exporter = Exporter(object())
+    exporter.next_scrape = lambda: scrape_at[0]
+    assert exporter.phased(1.0, 0.0) == 1.0  # no scrape expected yet
+    advances = [0.0]
+    for k in range(1, 10):
+        now = advances[-1]
+        scrape_at[0] = k + 0.9  # the next scrape, one gap after the last
+        advances.append(exporter.phased(advances[-1] + 1.0, now))
+    steps = [b - a for a, b in zip(advances, advances[1:])]
+    assert all(0.75 - 1e-9 <= s <= 1.25 + 1e-9 for s in steps), steps
+    assert round(steps[0], 6) == 1.25  # the first move is bounded
+    assert [round(a % 1.0, 6) for a in advances[2:]] == [0.4] * 8
+    # a very late advance is not followed by another at once
+    assert exporter.phased(50.0, 50.0) >= 50.5
+
+
+def test_the_next_scrape_is_expected_while_the_scraper_keeps_to_its_gap():
+    now = [100.0]
+    served = Exposition(CollectorRegistry(auto_describe=False), healthy_doc,
+                        warn=pytest.fail, clock=lambda: now[0])
+    assert served.next_scrape() is None
+    served.scrape(True)
+    assert served.next_scrape() is None  # one scrape: no gap yet
+    now[0] += 15.0
+    served.scrape(True)
+    assert served.next_scrape() == 130.0
+    now[0] += 29.0
+    assert served.next_scrape() == 130.0  # late, but within a gap
+    now[0] += 2.0
+    assert served.next_scrape() is None  # a gap overdue: it stopped
