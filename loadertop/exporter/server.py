@@ -10,6 +10,8 @@ The receive loop polls the subscriber and, once every ADVANCE_S, advances the mo
 `Exporter.document` with the new immutable Document: a reference swap, atomic under the GIL. A
 scrape reads that reference and builds its metrics from it without a lock, so a slow scrape never
 delays receiving (beyond sharing the GIL) and never sees a model half-way through an advance.
+Sharing the GIL is what costs a scrape time, so the advances keep clear of the scrapes: their
+grid settles half an advance before each expected scrape (`Exporter.phased`).
 """
 
 from __future__ import annotations
