@@ -180,7 +180,12 @@ def test_the_search_finds_a_known_knee(tmp):
     for row in table:
         cells = row.replace("▶", "").split()
         rates[int(cells[0])] = float(cells[1])
-    assert rates[2] > 1.6 * rates[1] and rates[3] > 1.6 * rates[1], out
+    # Against the fewest workers measured: the climb's start, 1, or the program's own 0 when the
+    # live advice started the climb higher (from 2, with 3 beating 2 on a busy machine, the
+    # refinement never runs 1: CI once had no row for it).
+    fewest = min(rates)
+    assert fewest < 2, out
+    assert rates[2] > 1.6 * rates[fewest] and rates[3] > 1.6 * rates[fewest], out
     # The knee is at 2 (2 slots). On a busy machine a worker that waits for the CPU between two
     # reads leaves its slot idle, and a third worker makes up for it: 3 may gain 5 % and more.
     assert len(marked) == 1 and marked[0][0] in ("2", "3"), out
