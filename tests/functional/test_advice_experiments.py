@@ -8,7 +8,7 @@ much, with the fetch time that rose. The claim is checked by the loop's own cloc
 fast as the 6.
 
 And the main process as the limit: batches of 64 unstacked tensors, 2 workers — the advice says more
-workers will not help; 4, run alone as the 2 were, are no faster. (The cpu and io cases follow
+workers will not help; 4, run alone, are no faster than 2 run alone. (The cpu and io cases follow
 their advice in `test_e2e_diagnosis.py`, on the same runs whose verdicts are judged there.)
 
 When the figures look wrong *and* other processes took a sizeable share of the CPU meanwhile, the
@@ -174,20 +174,28 @@ def test_a_store_serving_two_reads_at_once_more_workers_do_not_help(store_experi
 
 @pytest.fixture(scope="module")
 def main_experiment():
+    """The advice from a watched run of 2 workers; the rates from 2 and 4 run alone, twice each.
+
+    The watched run's rate is not compared: its snapshot takes CPU from the loop on a 2-core
+    machine (a clean-clone CI measured 2 watched against 4 alone as ×1.17). One run of each is
+    not enough either: 2 alone, three times in a row here, gave 47.4–53.2 batches/s. So 2, 4, 4, 2
+    (a drift of the machine's speed cancels) and the best of each is compared."""
     (before,) = run_group(((*MAIN, "--workers", 2), {"snapshots": (SNAP_S,)}))
-    (after,) = run_group(((*MAIN, "--workers", 4), {}))
-    return before, after
+    runs = [run_group(((*MAIN, "--workers", n), {}))[0] for n in (2, 4, 4, 2)]
+    alone = max(runs[0], runs[3], key=lambda r: r.rate())
+    after = max(runs[1], runs[2], key=lambda r: r.rate())
+    return before, alone, after
 
 
 def test_main_process_bound_more_workers_do_not_help(main_experiment):
-    before, after = main_experiment
+    before, alone, after = main_experiment
     src = before.source()
     advice = src["diagnosis"]["advice"]
     check_or_skip(src["diagnosis"]["category"] == "main_process_bound",
                   f"main: {src['diagnosis']}", before)
     assert any(a.startswith("more workers will not help") for a in advice), advice
     assert not any(TRY.match(a) for a in advice), advice
-    gain = after.rate() / before.rate()
-    print(f"\nmain: advice {advice!r}\n  before {figures(before)}\n  after (4 workers) "
+    gain = after.rate() / alone.rate()
+    print(f"\nmain: advice {advice!r}\n  before (2 workers) {figures(alone)}\n  after (4 workers) "
           f"{figures(after)}\n  ×{gain:.2f}")
-    check_or_skip(gain <= FLAT, f"main: 4 workers gave ×{gain:.2f}", before, after)
+    check_or_skip(gain <= FLAT, f"main: 4 workers gave ×{gain:.2f}", alone, after)
