@@ -12,6 +12,14 @@
 #      the interpreter's main thread runs the call between two bytecodes, with the GIL, once it
 #      is resumed. That is the safe point: no Python code runs from the interrupted thread;
 #   5. detach.
+# Before step 2, on x86-64, it checks that gdb can write the thread's registers back (flipping
+# one bit of xmm0 and restoring it): gdb 13 cannot on a CPU with AMX (Sapphire Rapids) under a
+# kernel >= 5.16, whose PTRACE_SETREGSET takes the XSAVE area only at its full size (with the
+# 8 KiB of tile data) and answers EFAULT ("Couldn't write extended state status: Bad address")
+# to gdb's smaller buffer. A call made anyway sets the registers for the call, fails, cannot
+# restore them and detaches: the target dies (seen in a CI run). So it says "xstate-unwritable"
+# and detaches untouched, and loadertop runs a new gdb with a target description of the core
+# and SSE registers only (x86-64-sse.xml), which makes gdb use PTRACE_GETFPREGS/SETFPREGS.
 # No symbol is loaded (auto-solib-add off): the addresses were read from the ELF files by
 # loadertop beforehand, so gdb spends no time on libtorch's symbol tables while the target waits.
 import json
@@ -31,6 +39,21 @@ def say(*words):
 
 def call(expression):
     return int(gdb.parse_and_eval(expression))
+
+
+def xstate_unwritable():
+    """None if gdb can write the vector registers back; else gdb's message. Writing a value a
+    register already holds is skipped by gdb's regcache, so one bit is flipped and restored: if
+    the first write fails nothing was written, and if it succeeded the second does too."""
+    original = int(gdb.parse_and_eval("$xmm0.v2_int64[0]"))
+    try:
+        gdb.execute(f"set var $xmm0.v2_int64[0] = {original ^ 1}", to_string=True)
+    except gdb.error as exc:
+        if "extended state" in str(exc):
+            return str(exc)
+        raise
+    gdb.execute(f"set var $xmm0.v2_int64[0] = {original}", to_string=True)
+    return None
 
 
 def main():
@@ -55,6 +78,11 @@ def main():
                 main_thread = thread
         if main_thread is not None:
             main_thread.switch()
+        if params.get("probe_xstate") and inferior.architecture().name() == "i386:x86-64":
+            failure = xstate_unwritable()
+            if failure is not None:
+                say("xstate-unwritable", json.dumps(failure))
+                return
         page = call(f"((void *(*)(void *, unsigned long, int, int, int, long)){params['mmap']})"
                     f"(0, {PAGE}, {PROT_READ_WRITE}, {MAP_PRIVATE_ANONYMOUS}, -1, 0)")
         if page in (-1, 0xFFFFFFFFFFFFFFFF, 0):

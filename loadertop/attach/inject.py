@@ -29,6 +29,9 @@ from loadertop.attach import AttachError, bootstrap
 from loadertop.attach.target import Target, ptrace_error, state
 
 GDB_SCRIPT = Path(__file__).with_name("gdb_script.py")
+# The x86-64 core and SSE registers, no AVX: gdb's registers where it cannot write the XSAVE area
+# (gdb_script.py says why); the features are gdb's own (gdb/features/i386/64bit-*.xml).
+SSE_ONLY_TDESC = Path(__file__).with_name("x86-64-sse.xml")
 BOOTSTRAP_SOURCE = Path(bootstrap.__file__)
 GDB_TIMEOUT_S = 60.0  # gdb itself: startup, attach, two calls, detach (~1 s here under load)
 CLAIMED_GRACE_S = 30.0  # the bootstrap started in time: let it finish (imports, bind)
@@ -118,14 +121,44 @@ def _remote_exec(pid: int, path: str) -> None:
 
 
 def _schedule_with_gdb(gdb: str, target: Target, statement: str) -> float | None:
-    """Schedule the statement as a pending call; the milliseconds the target was stopped."""
+    """Schedule the statement as a pending call; the milliseconds the target was stopped (in
+    all: twice where gdb could not write the XSAVE area the first time)."""
+    first = _run_gdb(gdb, target, statement, sse_only=False)
+    if first.scheduled:
+        return first.stopped_ms
+    # gdb could not have written the registers back: nothing was done to the target. A new gdb
+    # (the first remembers that PTRACE_GETREGSET works and would use it again) with the core
+    # and SSE registers only. It leaves AVX's upper halves and AVX-512's registers as the two
+    # calls leave them: glibc's mmap wrapper and a CPython built for baseline x86-64 use no
+    # VEX-encoded instruction, so they are the thread's own.
+    second = _run_gdb(gdb, target, statement, sse_only=True)
+    if second.scheduled:
+        return (first.stopped_ms or 0.0) + (second.stopped_ms or 0.0)
+    raise AttachError("failed", f"gdb could not schedule the bootstrap in pid {target.pid} even "
+                                f"with the SSE registers only: {second.message or first.message}")
+
+
+class _GdbRun:
+    __slots__ = ("scheduled", "stopped_ms", "message")
+
+    def __init__(self, scheduled: bool, stopped_ms: float | None, message: str) -> None:
+        self.scheduled = scheduled
+        self.stopped_ms = stopped_ms
+        self.message = message
+
+
+def _run_gdb(gdb: str, target: Target, statement: str, *, sse_only: bool) -> _GdbRun:
+    """One gdb: scheduled, or an unwritable XSAVE area (not scheduled, the target untouched);
+    any other failure raises AttachError."""
     pid = target.pid
     params = {"pid": pid, "code": statement, "mmap": target.mmap,
               "add_pending_call": target.add_pending_call,
-              "run_simple_string": target.run_simple_string}
+              "run_simple_string": target.run_simple_string, "probe_xstate": not sse_only}
     command = [gdb, "-nx", "-batch", "-q"]
     for setting in GDB_SETTINGS:
         command += ["-iex", setting]
+    if sse_only:
+        command += ["-iex", f"set tdesc filename {SSE_ONLY_TDESC}"]
     command += ["-x", str(GDB_SCRIPT)]
     env = dict(os.environ, LOADERTOP_GDB_PARAMS=json.dumps(params))
     proc = subprocess.Popen(command, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
@@ -149,12 +182,14 @@ def _schedule_with_gdb(gdb: str, target: Target, statement: str) -> float | None
     for answer in answers:
         kind, rest = answer[0], (answer[1] if len(answer) > 1 else "")
         if kind == "scheduled":
-            return stopped_ms
-        if kind in ("attach-failed", "error"):
+            return _GdbRun(True, stopped_ms, "")
+        if kind in ("attach-failed", "error", "xstate-unwritable"):
             try:
                 message = json.loads(rest)
             except ValueError:
                 message = rest
+            if kind == "xstate-unwritable" and state(pid) == "running":
+                return _GdbRun(False, stopped_ms, str(message))
             raise _gdb_error(pid, kind, str(message))
     tail = " ".join((err or out).strip().splitlines()[-2:])
     if state(pid) != "running":

@@ -304,3 +304,60 @@ def test_a_job_without_loadertop_in_its_environment_is_told_what_to_install_and_
         assert w.wait(60) == 7 and "loadertop" not in w.stderr(), w.stderr()
     finally:
         w.kill()
+
+
+# Vector arithmetic in the main thread (torch's AVX kernels where the CPU has them), checked
+# against its first result at every round: registers that gdb failed to restore would show.
+VECTORS = ("import os, sys, torch\n"
+           "x = torch.arange(4096, dtype=torch.float64)\n"
+           "first = float((x * 1.5 + 0.25).sum())\n"
+           "print('up', flush=True)\n"
+           "rounds = bad = 0\n"
+           "while not os.path.exists(sys.argv[1]):\n"
+           "    rounds += 1\n"
+           "    if float((x * 1.5 + 0.25).sum()) != first:\n"
+           "        bad += 1\n"
+           "print('rounds', rounds, 'bad', bad, flush=True)\n")
+
+
+@pytest.mark.skipif(shutil.which("gdb") is None, reason="gdb is not installed (.ci/run installs it)")
+@pytest.mark.parametrize("sse_only", [False, True], ids=["full-registers", "sse-only"])
+def test_gdb_schedules_with_either_register_set_and_the_job_computes_on(sse_only, tmp_path):
+    """Both of gdb's ways: the full XSAVE area (or, where gdb 13 cannot write it, as on a CPU
+    with AMX, an answer that leaves the job untouched) and the core + SSE registers that attach
+    falls back to. Five schedules each, into a job doing vector arithmetic in its main thread:
+    every statement runs once and no result changes."""
+    from loadertop.attach import inject
+    from loadertop.attach.target import inspect
+
+    marks, stop = tmp_path / "marks", tmp_path / "stop"
+    job = subprocess.Popen([sys.executable, "-c", VECTORS, str(stop)], env=clean_env(tmp_path),
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                           start_new_session=True)
+    try:
+        assert job.stdout.readline() == "up\n"
+        target = inspect(job.pid)
+        gdb = shutil.which("gdb")
+        assert gdb is not None
+        scheduled = 0
+        for _ in range(5):
+            run = inject._run_gdb(gdb, target, f"open({str(marks)!r}, 'a').write('x')",
+                                  sse_only=sse_only)
+            if not run.scheduled:  # the full set where gdb cannot write it back: nothing done
+                assert not sse_only and "extended state" in run.message, run.message
+                assert job.poll() is None
+                continue
+            scheduled += 1
+            assert run.stopped_ms is not None and run.stopped_ms > 0
+            wait_for(lambda n=scheduled: marks.exists() and len(marks.read_text()) == n, 30,
+                     f"{scheduled} statements run")
+        stop.touch()
+        out, err = job.communicate(timeout=60)
+        assert job.returncode == 0, err[-3000:]
+        rounds, bad = out.split()[1], out.split()[3]
+        assert int(rounds) > 0 and bad == "0", out
+        assert (len(marks.read_text()) if marks.exists() else 0) == scheduled
+        if sse_only:
+            assert scheduled == 5
+    finally:
+        kill_group(job)
