@@ -174,17 +174,14 @@ def test_a_store_serving_two_reads_at_once_more_workers_do_not_help(store_experi
 
 @pytest.fixture(scope="module")
 def main_experiment():
-    """The advice from a watched run of 2 workers; the rates from 2 and 4 run alone, twice each.
+    """The advice from a watched run of 2 workers; the rates from 2 and 4 run alone, twice each
+    (2, 4, 4, 2: a drift of the machine's speed cancels).
 
     The watched run's rate is not compared: its snapshot takes CPU from the loop on a 2-core
-    machine (a clean-clone CI measured 2 watched against 4 alone as ×1.17). One run of each is
-    not enough either: 2 alone, three times in a row here, gave 47.4–53.2 batches/s. So 2, 4, 4, 2
-    (a drift of the machine's speed cancels) and the best of each is compared."""
+    machine (a clean-clone CI measured 2 watched against 4 alone as ×1.17)."""
     (before,) = run_group(((*MAIN, "--workers", 2), {"snapshots": (SNAP_S,)}))
     runs = [run_group(((*MAIN, "--workers", n), {}))[0] for n in (2, 4, 4, 2)]
-    alone = max(runs[0], runs[3], key=lambda r: r.rate())
-    after = max(runs[1], runs[2], key=lambda r: r.rate())
-    return before, alone, after
+    return before, (runs[0], runs[3]), (runs[1], runs[2])
 
 
 def test_main_process_bound_more_workers_do_not_help(main_experiment):
@@ -195,7 +192,15 @@ def test_main_process_bound_more_workers_do_not_help(main_experiment):
                   f"main: {src['diagnosis']}", before)
     assert any(a.startswith("more workers will not help") for a in advice), advice
     assert not any(TRY.match(a) for a in advice), advice
-    gain = after.rate() / alone.rate()
-    print(f"\nmain: advice {advice!r}\n  before (2 workers) {figures(alone)}\n  after (4 workers) "
-          f"{figures(after)}\n  ×{gain:.2f}")
-    check_or_skip(gain <= FLAT, f"main: 4 workers gave ×{gain:.2f}", alone, after)
+    # The best of each against each other, judged beside the spread of each pair (an A/A). The
+    # loop's thread was on a CPU only ~0.52 of the time here: it also waits for a worker to hand
+    # over each tensor's file descriptor (torch's file_descriptor sharing strategy), so a run's
+    # rate moves with how soon the workers get scheduled: 2 workers alone gave 47-53 batches/s
+    # in three runs in a row here.
+    gain = max(r.rate() for r in after) / max(r.rate() for r in alone)
+    spread = max(max(r.rate() for r in pair) / min(r.rate() for r in pair) for pair in (alone, after))
+    print(f"\nmain: advice {advice!r}\n  2 workers {[figures(r) for r in alone]}\n  4 workers "
+          f"{[figures(r) for r in after]}\n  ×{gain:.2f} (A/A spread ×{spread:.2f})")
+    check_or_skip(gain <= FLAT * spread,
+                  f"main: 4 workers gave ×{gain:.2f}, beyond ×{FLAT} and the runs' own spread "
+                  f"×{spread:.2f}", *alone, *after)
