@@ -234,8 +234,10 @@ def fd_low(source: SourceFigures, process: ProcessFigures,
                "close to the open-file limit (\"received 0 items of ancdata\", "
                "\"Too many open files\")")
     advice = [
-        "torch.multiprocessing.set_sharing_strategy('file_system') at the start of the program: "
-        "a tensor then crosses to the main process by a file name, not a file descriptor",
+        "torch.multiprocessing.set_sharing_strategy('file_system') at the top of the training "
+        "script (module level, so that spawn and forkserver workers run it too: each process has "
+        "its own setting): a tensor then crosses to the main process by a file name, not a file "
+        "descriptor",
         f"or raise the limit (now {limit}): ulimit -n 65536 before starting, or "
         "resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard)) at the start",
     ]

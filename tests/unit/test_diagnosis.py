@@ -675,9 +675,14 @@ def test_many_small_tensors_lead_the_main_process_advice():
                       queue={"ready_when_waiting": 0.9})
     v = diagnose(src, make_system())
     assert v.advice[0].startswith("a batch holds 64 tensors of 8 B on average")
+    # the batch as it is, shared by file name (module level: spawn workers import it again)
+    assert v.advice[1].startswith("if the batch must keep its tensors: "
+                                  "torch.multiprocessing.set_sharing_strategy('file_system')")
+    assert "spawn and forkserver workers run it too" in v.advice[1]
     few = diagnose(input_bound(stages=split(0.8, tensors_per_batch=2, bytes_per_batch=1 << 20),
                                queue={"ready_when_waiting": 0.9}), make_system())
     assert "64 tensors" not in text(few) and "fewer, larger tensors" in text(few)
+    assert "set_sharing_strategy" not in text(few)
 
 
 def test_input_bound_verdicts_quote_the_producing_share():
