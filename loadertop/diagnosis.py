@@ -1094,7 +1094,7 @@ def _cpu_saturated_advice(facts: _Facts) -> list[str]:
 # torch 2.13's default sharing strategy (file_descriptor) sends each tensor's storage as a file
 # descriptor that the main process fetches from the worker's resource-sharer thread, one
 # connection a tensor: the loop's thread sat off the CPU half of the handoff for batches of 64
-# tensors of 8 B, and file_system gave 146-162 batches/s against 42-47 (2 workers, fork, spawn
+# tensors of 8 B, and file_system gave 146-165 batches/s against 42-47 (2 workers, fork, spawn
 # and forkserver, measured here). Each process has its own setting: spawn and forkserver workers
 # take it from the script's module level, which they import again, not from the main process.
 _SHARE_BY_FILE_NAME = (
