@@ -84,6 +84,8 @@ def parse(argv=None):
     p.add_argument("--then-after", type=float, default=0.0)
     p.add_argument("--warmup-s", type=float, default=1.0,
                    help="a phase's throughput is measured from this long after its first batch")
+    p.add_argument("--sharing", default=None,
+                   help="torch.multiprocessing.set_sharing_strategy (file_system, ...)")
     p.add_argument("--status", default=None)
     p.add_argument("--piddir", default=None)
     return p.parse_args(argv)
@@ -187,6 +189,8 @@ class PhaseClock:
 def main(argv=None) -> int:
     args = parse(argv)
     torch.set_num_threads(1)
+    if args.sharing:  # before any worker starts (fork workers inherit it; spawn ones would not)
+        torch.multiprocessing.set_sharing_strategy(args.sharing)
     status = Status(args.status)
     if args.piddir:
         os.makedirs(args.piddir, exist_ok=True)
