@@ -11,7 +11,6 @@ import json
 import os
 import socket
 import stat
-import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,14 +22,7 @@ DISCOVERY_SCHEMA = "loadertop.discovery/1"
 
 def discovery_dir() -> Path:
     """LOADERTOP_DIR, else $XDG_RUNTIME_DIR/loadertop, else /tmp/loadertop-<uid>."""
-    env = os.environ.get(environment.LOADERTOP_DIR)
-    if env:
-        return Path(env)
-    runtime = os.environ.get("XDG_RUNTIME_DIR")
-    if runtime and os.path.isdir(runtime):
-        return Path(runtime) / "loadertop"
-    uid = os.getuid() if hasattr(os, "getuid") else "user"
-    return Path(tempfile.gettempdir()) / f"loadertop-{uid}"
+    return Path(environment.discovery_dir())
 
 
 def ensure_private_dir(path: Path) -> Path:

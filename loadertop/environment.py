@@ -84,3 +84,18 @@ def rank(environ: Mapping[str, str] = os.environ) -> int | None:
 def local_rank(environ: Mapping[str, str] = os.environ) -> int | None:
     """LOCAL_RANK (torchrun's rank on this machine), None when unset or not an integer."""
     return _index(environ.get(LOCAL_RANK))
+
+
+def discovery_dir(environ: Mapping[str, str] = os.environ) -> str:
+    """LOADERTOP_DIR, else $XDG_RUNTIME_DIR/loadertop, else /tmp/loadertop-<uid>
+    (`discovery.discovery_dir` as a Path; here so that `loadertop run`'s hint imports no more)."""
+    env = environ.get(LOADERTOP_DIR)
+    if env:
+        return env
+    runtime = environ.get("XDG_RUNTIME_DIR")
+    if runtime and os.path.isdir(runtime):
+        return os.path.join(runtime, "loadertop")
+    import tempfile
+
+    uid = os.getuid() if hasattr(os, "getuid") else "user"
+    return os.path.join(tempfile.gettempdir(), f"loadertop-{uid}")

@@ -2,7 +2,7 @@
 
 It drains the loaders' records, samples queue depth (only while a loader with workers is iterated
 and a viewer is subscribed), worker liveness/CPU/RSS (1 Hz) and the machine (1 Hz, while a viewer
-is subscribed), reads the workers' fetch samples from a PULL socket, and publishes a report per
+is subscribed), reads the workers' fetch samples (`probe/inbox.py`), and publishes a report per
 loader every REPORT_S on an XPUB socket. XPUB lets it see a viewer subscribe and answer with a
 report at once, so a late joiner needs no wait. Sends are NOBLOCK onto a bounded HWM: a slow,
 frozen or dead viewer costs dropped messages (visible as sequence gaps), never a blocked loop.
@@ -34,6 +34,7 @@ from pathlib import Path
 import psutil
 
 from loadertop import discovery, endpoints, environment, wire
+from loadertop.probe.inbox import WorkerInbox
 from loadertop.probe.record import LoaderRecord
 from loadertop.probe.resources import RESOURCE_S, ResourceSampler
 
@@ -58,7 +59,7 @@ CONTESTED_READY_SHARE = 0.25
 SYSTEM_MIN_GAP_S = 0.2
 RETIRE_AFTER_S = 10.0  # a loader garbage-collected this long ago says goodbye and stops reporting
 SNDHWM = 1000
-WORKER_RCVHWM = 10000  # workers' samples queued between two reads (REPORT_S apart): 40k/s
+WORKER_RCVHWM = 10000  # workers' samples read at most at once (REPORT_S apart): 40k/s
 REUSE_WAIT_S = 0.05  # how long a loader re-made under a dropped one's name waits for it to go
 CLOSE_LINGER_MS = 200  # at exit, let the goodbye messages leave, but never hold exit longer
 
@@ -122,7 +123,8 @@ class Publisher:
         self._endpoint_given = bool(endpoint)
         self._ipv6 = False  # an IPv6 address to listen on: ZeroMQ needs the IPV6 option for it
         self.endpoint = self.requested_endpoint or f"ipc://{self.directory}/{self.pid}.sock"
-        self.worker_endpoint: str | None = f"ipc://{self.directory}/{self.pid}-workers.sock"
+        # The workers' samples: a SOCK_SEQPACKET socket's path (probe/inbox.py), not ZeroMQ.
+        self.worker_endpoint: str | None = f"{self.directory}/{self.pid}-workers.sock"
         self.entry_path = None
         self.failed: str | None = None
         self.subscriptions = 0  # subscriptions held now (XPUB_VERBOSE/VERBOSER report each)
@@ -290,9 +292,10 @@ class Publisher:
         if self.pid != os.getpid():
             return
         paths = [self.entry_path]
-        for ep in (self.endpoint, self.worker_endpoint):
-            if ep and ep.startswith("ipc://") and ep.startswith(f"ipc://{self.directory}/"):
-                paths.append(ep[len("ipc://"):])
+        if self.endpoint and self.endpoint.startswith(f"ipc://{self.directory}/"):
+            paths.append(self.endpoint[len("ipc://"):])
+        if self.worker_endpoint and self.worker_endpoint.startswith(f"{self.directory}/"):
+            paths.append(self.worker_endpoint)
         for path in paths:
             if path:
                 try:
@@ -315,7 +318,7 @@ class Publisher:
             self.failed = str(exc)
             return
         ctx = zmq.Context()  # our own, never the global instance the user may also use
-        pub = pull = auth = None
+        pub = inbox = auth = None
         try:
             pub = ctx.socket(zmq.XPUB)
             pub.setsockopt(zmq.XPUB_VERBOSE, 1)  # see every subscribe, not only the first
@@ -341,14 +344,10 @@ class Publisher:
             if not endpoints.is_loopback(self.endpoint):
                 print(f"loadertop: publishing loader figures on {self.endpoint}, reachable beyond "
                       f"this machine", file=sys.stderr, flush=True)
-            pull = ctx.socket(zmq.PULL)
-            pull.setsockopt(zmq.RCVHWM, WORKER_RCVHWM)
-            pull.setsockopt(zmq.LINGER, 0)
             try:
-                pull.bind(self.worker_endpoint)
-            except zmq.ZMQError:
-                pull.close()
-                pull = None
+                inbox = WorkerInbox(self.worker_endpoint)
+            except OSError:
+                inbox = None
                 self.worker_endpoint = None
             try:
                 self.entry_path = discovery.write_entry(
@@ -357,24 +356,25 @@ class Publisher:
             except OSError as exc:
                 warn_once(f"cannot write the discovery entry in {self.directory}: {exc}")
             self._ready.set()
-            self._loop(zmq, pub, pull)
+            self._loop(zmq, pub, inbox)
         except Exception as exc:  # the shim degrades silently: training must go on
             self.failed = f"publisher stopped: {exc!r}"
             warn_once(self.failed)
         finally:
             self._ready.set()
-            self._goodbye(zmq, pub, pull)
-            for sock in (pub, pull):
-                if sock is not None:
-                    sock.close(linger=CLOSE_LINGER_MS if sock is pub else 0)
+            self._goodbye(zmq, pub, inbox)
+            if pub is not None:
+                pub.close(linger=CLOSE_LINGER_MS)
+            if inbox is not None:
+                inbox.close()
             if auth is not None:
                 auth.stop()
             ctx.term()
             self._remove_files()
 
-    def _loop(self, zmq, pub, pull) -> None:
-        # Only the XPUB is polled (a viewer subscribing is answered at once). The PULL socket is
-        # read before each report instead: polling it woke this thread once per batch of every
+    def _loop(self, zmq, pub, inbox) -> None:
+        # Only the XPUB is polled (a viewer subscribing is answered at once). The workers' inbox
+        # is read before each report instead: polling it woke this thread once per batch of every
         # multi-worker loader (~100 µs of CPU per wake-up here: 9 % of a core at 900 batches/s).
         poller = zmq.Poller()
         poller.register(pub, zmq.POLLIN)
@@ -451,9 +451,9 @@ class Publisher:
                     system_at = now
             if report_due or self._send_now:
                 self._send_now = False
-                if pull is not None and any(r.config.num_workers for r in records):
+                if inbox is not None and any(r.config.num_workers for r in records):
                     # Only reports use the workers' samples: read just before, in bulk.
-                    self._read_worker_samples(zmq, pull)
+                    self._read_worker_samples(zmq, inbox)
                 if report_due:
                     next_report = _next_tick(origin, report_ns, now)
                 now_ns, sent_at = time.perf_counter_ns(), time.time()
@@ -478,13 +478,9 @@ class Publisher:
             elif msg[:1] == b"\x00":
                 self.subscriptions = max(0, self.subscriptions - 1)
 
-    def _read_worker_samples(self, zmq, pull) -> None:
+    def _read_worker_samples(self, zmq, inbox) -> None:
         by_source = {r.source: r for r in self.records}
-        for _ in range(WORKER_RCVHWM):
-            try:
-                data = pull.recv(zmq.NOBLOCK)
-            except zmq.Again:
-                return
+        for data in inbox.read(WORKER_RCVHWM):
             try:
                 sample = wire.decode_sample(data)
             except wire.WireError:
@@ -511,12 +507,12 @@ class Publisher:
         if msg is not None:
             self._send(zmq, pub, msg)
 
-    def _goodbye(self, zmq, pub, pull=None) -> None:
+    def _goodbye(self, zmq, pub, inbox=None) -> None:
         if pub is None or not self._ready.is_set() or self.failed:
             return
-        if pull is not None:
+        if inbox is not None:
             try:
-                self._read_worker_samples(zmq, pull)  # the last ones, into the final reports
+                self._read_worker_samples(zmq, inbox)  # the last ones, into the final reports
             except Exception:
                 pass
         sent_at = time.time()

@@ -10,7 +10,6 @@ Reading a state (`bit_generator.state`, `get_state()`, `getstate()`) never advan
 
 from __future__ import annotations
 
-import hashlib
 import sys
 
 MAX_OBJECTS = 256  # attributes visited from the dataset (a bounded walk, once per worker)
@@ -19,6 +18,8 @@ MAX_STATES = 32
 
 
 def _digest(value) -> str:
+    import hashlib  # here: a spawned worker reads the states before it needs this
+
     h = hashlib.blake2b(digest_size=8)
     if isinstance(value, (bytes, bytearray, memoryview)):
         h.update(bytes(value))
@@ -27,41 +28,42 @@ def _digest(value) -> str:
     return h.hexdigest()
 
 
-def _state_of(obj) -> tuple[str, str] | None:
-    """(kind, digest) when `obj` is a random generator we know, else None."""
+def _state_of(obj) -> tuple[str, object] | None:
+    """(kind, a copy of its state) when `obj` is a random generator we know, else None."""
     import random
 
     if isinstance(obj, random.Random):
-        return "random.Random", _digest(obj.getstate())
+        return "random.Random", obj.getstate()
     np = sys.modules.get("numpy")
     if np is not None:
         if isinstance(obj, np.random.Generator):
-            return "numpy Generator", _digest(obj.bit_generator.state)
+            return "numpy Generator", obj.bit_generator.state
         if isinstance(obj, np.random.RandomState):
             state = obj.get_state(legacy=False)
-            return "numpy RandomState", _digest((state["bit_generator"], state["state"]["key"].tobytes(),
-                                                 state["state"]["pos"]))
+            return "numpy RandomState", (state["bit_generator"], state["state"]["key"].tobytes(),
+                                         state["state"]["pos"])
     torch = sys.modules.get("torch")
     if torch is not None and isinstance(obj, torch.Generator):
-        return "torch Generator", _digest(obj.get_state().numpy().tobytes())
+        return "torch Generator", obj.get_state().numpy().tobytes()
     return None
 
 
-def digests(dataset) -> dict[str, str]:
-    """State name -> digest: the process-wide states and the generators reachable from
-    `dataset`'s attributes (breadth first, bounded)."""
-    out: dict[str, str] = {}
+def capture(dataset) -> list[tuple[str, object]]:
+    """(state name, a copy of the state): the process-wide states and the generators reachable
+    from `dataset`'s attributes (breadth first, bounded). Copies (getstate() and get_state()
+    return new objects), so the draws that follow cannot change them before `digest`."""
+    out: list[tuple[str, object]] = []
     try:
         import random
 
-        out["random"] = _digest(random.getstate())
+        out.append(("random", random.getstate()))
         np = sys.modules.get("numpy")
         if np is not None:
             kind, key, pos, *_ = np.random.get_state()
-            out["numpy global"] = _digest((kind, key.tobytes(), pos))
+            out.append(("numpy global", (kind, key.tobytes(), pos)))
         torch = sys.modules.get("torch")
         if torch is not None:
-            out["torch"] = _digest(torch.random.get_rng_state().numpy().tobytes())
+            out.append(("torch", torch.random.get_rng_state().numpy().tobytes()))
     except Exception:
         pass
     seen: set[int] = set()
@@ -78,7 +80,7 @@ def digests(dataset) -> dict[str, str]:
         except Exception:
             found = None
         if found is not None:
-            out[f"{name} ({found[0]})"[:256]] = found[1]
+            out.append((f"{name} ({found[0]})"[:256], found[1]))
             continue
         if depth >= MAX_DEPTH:
             continue
@@ -94,6 +96,17 @@ def digests(dataset) -> dict[str, str]:
             for i, value in enumerate(obj):
                 if _worth_visiting(value):
                     queue.append((f"{name}[{i}]", value, depth + 1))
+    return out
+
+
+def digest(captured: list[tuple[str, object]]) -> dict[str, str]:
+    """State name -> digest of what `capture` read."""
+    out: dict[str, str] = {}
+    for name, state in captured:
+        try:
+            out[name] = _digest(state)
+        except Exception:
+            pass
     return out
 
 

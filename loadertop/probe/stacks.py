@@ -2,7 +2,7 @@
 
 * The training loop's thread: `sys._current_frames()` from the publisher thread. A loop blocked in
   next() waits on a lock or a queue with the GIL released, so this thread can read it.
-* A worker: a daemon thread (`WorkerWatchdog`, one per worker process) wakes once a second. When
+* A worker: its helper thread (`worker.WorkerWatchdog`, one per worker process) wakes once a second. When
   the worker has been inside one batch past STACK_AFTER_S it writes the worker's main-thread stack
   (`sys._current_frames()`, under the GIL: safe) to `<pid>.py.txt` in the private discovery
   directory. Each wake-up also re-arms `faulthandler.dump_traceback_later(FAULT_AFTER_S)` (~41 µs
@@ -25,15 +25,14 @@ import os
 import re
 import sys
 import sysconfig
-import threading
 import time
 import traceback
 
 from loadertop import wire
 
-STACK_AFTER_S = 2.0  # a worker inside one batch this long writes its stack (and then each second)
-WATCHDOG_S = 1.0  # the worker's watchdog thread wakes this often
-FAULT_AFTER_S = 3.0  # ... and the C watchdog dumps if it has not been re-armed for this long
+# The worker's side (its watchdog) lives in probe/worker.py, which a worker imports alone.
+from loadertop.probe.worker import FAULT_AFTER_S, STACK_AFTER_S, WATCHDOG_S  # noqa: F401
+
 STACK_FILE_MAX_BYTES = 64 * 1024  # a C dump file is truncated past this
 _TAIL_BYTES = 32 * 1024  # the latest dump is within this much of the file's end
 
@@ -149,50 +148,4 @@ def remove_worker_files(stack_dir: str, pid: int) -> None:
             os.unlink(os.path.join(stack_dir, name))
         except OSError:
             pass
-
-
-class WorkerWatchdog:
-    """Inside a worker process: see the module's docstring. `batch_started` is a one-element
-    list the fetch wrapper sets to `perf_counter_ns()` when a batch begins and to 0 when it ends."""
-
-    def __init__(self, stack_dir: str, batch_started: list[int]) -> None:
-        import faulthandler
-
-        self.pid = os.getpid()
-        self.batch_started = batch_started
-        self.py_path = os.path.join(stack_dir, f"{self.pid}.py.txt")
-        self.main_thread = threading.main_thread().ident
-        fd = os.open(os.path.join(stack_dir, f"{self.pid}.txt"),
-                     os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_TRUNC, 0o600)
-        self.fault_file = os.fdopen(fd, "w")  # must stay open while faulthandler may write
-        self._faulthandler = faulthandler
-        self._arm()
-        threading.Thread(target=self._run, name="loadertop-watchdog", daemon=True).start()
-
-    def _arm(self) -> None:
-        # Re-arming replaces the previous timer: it fires only if this is not called again.
-        self._faulthandler.dump_traceback_later(FAULT_AFTER_S, repeat=False, file=self.fault_file)
-
-    def _run(self) -> None:
-        wait = threading.Event().wait
-        while not wait(WATCHDOG_S):
-            try:
-                self._arm()
-                started = self.batch_started[0]
-                if started and time.perf_counter_ns() - started >= STACK_AFTER_S * 1e9:
-                    self._write_stack()
-            except Exception:
-                return  # measuring must never break a worker: the watchdog just stops
-
-    def _write_stack(self) -> None:
-        frame = sys._current_frames().get(self.main_thread)
-        if frame is None:
-            return
-        lines = ["Timeout (loadertop watchdog)!\n", "Thread 0x0 (most recent call first):\n"]
-        for f in reversed(traceback.extract_stack(frame, limit=wire.MAX_FRAMES)):
-            lines.append(f'  File "{f.filename}", line {f.lineno or 0} in {f.name}\n')
-        tmp = self.py_path + ".tmp"
-        with open(tmp, "w") as fh:
-            fh.writelines(lines)
-        os.replace(tmp, self.py_path)
 

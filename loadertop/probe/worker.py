@@ -6,83 +6,225 @@ its iterator. Inside the worker it wraps the *class* method `fetch` of torch's t
 workers are untouched, and the dataset object itself is never modified. The fetcher's own
 `collate_fn` attribute (torch's object, made in the worker) is wrapped to time the collate apart
 from getting the items. Each fetched batch sends one tiny sample to the parent's publisher over a
-PUSH socket created here, after the fork (a ZeroMQ context must never cross a fork): its fetch and
-collate times, CPU time, and the moment it was produced (`perf_counter_ns`, CLOCK_MONOTONIC on
-Linux: comparable with the main process's stamps), named by (pid, fetcher generation, sequence)
-so the main process can pair it with the loop's receipt of the same batch.
+socket made here, after the fork (probe/inbox.py): its fetch and collate times, CPU time, and the
+moment it was produced (`perf_counter_ns`, CLOCK_MONOTONIC on Linux: comparable with the main
+process's stamps), named by (pid, fetcher generation, sequence) so the main process can pair it
+with the loop's receipt of the same batch.
+
+Nothing before a worker's first batch costs more than a few stamps: this module imports only the
+standard library (a spawned worker imports it to unpickle the hook), and the socket, msgspec and
+the watchdog's loop wait for the helper thread (`_Sender`, `_Helper`).
 """
 
 from __future__ import annotations
 
+import _thread
 import os
 import time
 
-from loadertop import wire
+from loadertop.probe import rng  # stdlib only: a forked worker has it from its parent
 
 _perf_ns = time.perf_counter_ns
 _cpu_ns = time.process_time_ns  # all threads of the worker: a dataset may decode in a pool
 
+MAX_PENDING = 1000  # samples held until the socket is ready
+SNDBUF_BYTES = 4 << 20  # asked for; Linux caps it at net.core.wmem_max (probe/inbox.py)
+CLOSE_WAIT_S = 1.0  # at a spawned worker's exit, the longest wait for the helper to stop
+CONNECT_TRY_S = 1.0  # a full backlog (thousands of workers starting at once) is retried this long
+FIRST_BATCH_WAIT_S = 1.0  # the helper starts after the first batch, or after this long
+STACK_AFTER_S = 2.0  # a worker inside one batch this long writes its stack (and then each second)
+WATCHDOG_S = 1.0  # the worker's watchdog (its helper thread) wakes this often
+FAULT_AFTER_S = 3.0  # ... and the C watchdog dumps if it has not been re-armed for this long
+STACK_AFTER_NS = int(STACK_AFTER_S * 1e9)
+
 
 class _Sender:
-    """One PUSH socket per worker process, created lazily in that process; never blocks."""
+    """One socket per worker process (probe/inbox.py), made off the batch path.
+
+    The worker's first batch is on the training loop's critical path at every epoch start, and
+    a fresh worker process pays for everything it does before it: importing msgspec and the wire
+    schema (a spawned or forkserver worker: ~8 ms with torch loaded), a started thread
+    (threading.Thread.start waits for the new thread to run: 0.5-3 ms in a busy worker). So the
+    worker's loop thread only takes stamps and appends tuples here; the helper thread (`_Helper`,
+    started with `_thread.start_new_thread`, which does not wait) imports the schema and connects
+    once the first batch is produced, sends what was held, and then hands the socket to the
+    loop's thread, which from then on sends each sample itself (one non-blocking send: the
+    handover is under `lock`, so the two threads never send at once).
+    """
 
     def __init__(self, endpoint: str, source: str, worker_id: int) -> None:
         self.endpoint = endpoint
         self.source = source
         self.worker_id = worker_id
-        self.pid = -1
-        self.socket = None
-        self.dropped = 0
-
-    def _connect(self):
-        import zmq
-
-        ctx = zmq.Context()  # a fresh context owned by this worker process
-        sock = ctx.socket(zmq.PUSH)
-        sock.setsockopt(zmq.LINGER, 0)  # a dying worker must not hang on unsent samples
-        sock.setsockopt(zmq.SNDHWM, 1000)
-        sock.connect(self.endpoint)
         self.pid = os.getpid()
-        self.socket = sock
-        return sock
+        self.socket = None  # set once by the helper; then only the loop's thread uses it
+        self.failed = False  # no transport at all: everything is counted as dropped
+        self.pending: list = []  # ("sample", fields) / ("start", captured states), in order
+        self.lock = _thread.allocate_lock()
+        self.dropped = 0
+        self._wire = None
+        self._flags = 0
 
     def send(self, fetch_ns: int, cpu_ns: int, collate_ns: int = 0, done_ns: int = 0,
              generation: int = 0, seq: int = 0, ended: bool = False,
              tensors: int | None = None, tensor_bytes: int | None = None) -> None:
-        if self.pid != os.getpid() and not self._connected():
+        fields = (fetch_ns, cpu_ns, collate_ns, done_ns, generation, seq, ended, tensors,
+                  tensor_bytes)
+        if self.socket is None and self._hold("sample", fields):
             return
-        self._send(wire.WorkerSample(self.source, self.worker_id, self.pid, fetch_ns, cpu_ns,
-                                     self.dropped, collate_ns, done_ns, generation, seq, ended,
-                                     tensors, tensor_bytes))
+        self._send_now("sample", fields)
 
     def send_start(self, dataset) -> None:
         """Once per worker process, before its first batch (after the user's worker_init_fn):
-        the random states it starts with."""
+        the random states it starts with, read now (never drawn from), digested later."""
         try:
-            from loadertop.probe import rng
-
-            digests = rng.digests(dataset)
+            states = rng.capture(dataset)
         except Exception:
-            digests = {}
-        if self.pid != os.getpid() and not self._connected():
+            states = []
+        if self.socket is None and self._hold("start", states):
             return
-        self._send(wire.WorkerStart(self.source, self.worker_id, self.pid, digests))
+        self._send_now("start", states)
 
-    def _connected(self) -> bool:
-        try:
-            self._connect()
+    def _hold(self, kind: str, payload) -> bool:
+        """True when the item was held (or counted as dropped) because there is no socket yet."""
+        with self.lock:
+            if self.socket is not None:
+                return False
+            if self.failed or self.pid != os.getpid() or len(self.pending) >= MAX_PENDING:
+                self.dropped += 1
+            else:
+                self.pending.append((kind, payload))
             return True
-        except Exception:  # no transport at all: count, never raise
-            self.dropped += 1
-            return False
 
-    def _send(self, msg: wire.WorkerMessage) -> None:
+    def _encode(self, kind: str, payload) -> bytes:
+        wire = self._wire
+        if kind == "start":
+            msg = wire.WorkerStart(self.source, self.worker_id, self.pid, rng.digest(payload))
+        else:
+            msg = wire.WorkerSample(self.source, self.worker_id, self.pid, payload[0], payload[1],
+                                    self.dropped, *payload[2:])
+        return wire.encode_sample(msg)
+
+    def _send_now(self, kind: str, payload, sock=None) -> None:
+        if self.pid != os.getpid():  # a process forked from this worker: not its socket
+            self.dropped += 1
+            return
         try:
-            import zmq
-
-            self.socket.send(wire.encode_sample(msg), zmq.NOBLOCK)
-        except Exception:  # zmq.Again at HWM: count, never raise
+            (sock or self.socket).send(self._encode(kind, payload), self._flags)
+        except Exception:  # full (EAGAIN), or the main process gone (EPIPE): count, never raise
             self.dropped += 1
+
+    def connect(self) -> None:
+        """On the helper thread: the socket (probe/inbox.py), then what was held, then the
+        handover."""
+        try:
+            import socket
+
+            from loadertop import wire  # msgspec: ~8 ms in a spawned worker, here off the batches
+
+            sock = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+            try:
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, SNDBUF_BYTES)
+            except OSError:
+                pass  # the default buffer: fewer samples held between two reads
+            sock.setblocking(False)
+            deadline = time.monotonic() + CONNECT_TRY_S
+            while True:
+                try:
+                    sock.connect(self.endpoint)
+                    break
+                except (BlockingIOError, InterruptedError):  # the listener's backlog is full
+                    if time.monotonic() >= deadline:
+                        raise
+                    time.sleep(0.01)  # this thread only: nothing waits for it
+            self._wire = wire
+            self._flags = socket.MSG_DONTWAIT | socket.MSG_NOSIGNAL
+        except Exception:
+            with self.lock:
+                self.failed = True
+                self.dropped += len(self.pending)
+                self.pending.clear()
+            return
+        with self.lock:
+            for kind, payload in self.pending:
+                self._send_now(kind, payload, sock)
+            self.pending.clear()
+            self.socket = sock
+
+
+class _Helper:
+    """The worker's one background thread: the sender's socket (after the first batch), then the
+    hang watchdog (see probe/stacks.py), waking every WATCHDOG_S. The C watchdog (faulthandler) is
+    armed by the hook itself, before the first batch, so a hang there still leaves a stack.
+
+    A spawned or forkserver worker ends with the interpreter's finalization (a forked one with
+    os._exit). A thread of ours still running then is killed as it next takes the GIL
+    (pthread_exit in CPython 3.11), and with torch loaded that aborted about one worker in a
+    hundred here ("terminate called without an active exception", SIGABRT: torch's DataLoader
+    then raises in the training loop), most often while the thread was still importing. So an
+    atexit handler, which runs before finalization, stops the thread and waits for it.
+    """
+
+    def __init__(self, sender: _Sender | None, stack_dir: str | None) -> None:
+        import atexit
+
+        self.pid = os.getpid()
+        self.sender = sender
+        self.stopping = False
+        self.started = False  # the first batch is made (or failed)
+        self.first_batch = _locked()  # released by the fetch wrapper when the first batch is made
+        self.stop = _locked()  # released by close(): the watchdog's wait ends at once
+        self.finished = _locked()  # released by the thread as it ends
+        self.watchdog = None
+        if stack_dir:
+            try:
+                self.watchdog = WorkerWatchdog(stack_dir, _batch_started, start=False)
+            except Exception:
+                self.watchdog = None  # measuring must never break a worker
+        _thread.start_new_thread(self._run, ())
+        atexit.register(self.close)  # never runs in a forked worker: it leaves by os._exit
+
+    def first_batch_done(self) -> None:
+        if not self.started:  # once: this runs after every batch
+            self.started = True
+            _release(self.first_batch)
+
+    def close(self, timeout: float = CLOSE_WAIT_S) -> None:
+        if self.pid != os.getpid():
+            return
+        self.stopping = True
+        _release(self.first_batch)
+        _release(self.stop)
+        self.finished.acquire(timeout=timeout)
+        if self.watchdog is not None:
+            self.watchdog.disarm()
+
+    def _run(self) -> None:
+        try:
+            self.first_batch.acquire(timeout=FIRST_BATCH_WAIT_S)
+            if self.sender is not None and not self.stopping:
+                self.sender.connect()
+            if self.watchdog is not None:
+                while not self.stopping and not self.stop.acquire(timeout=WATCHDOG_S):
+                    if not self.watchdog.tick():
+                        break
+        except Exception:
+            pass  # the helper just stops; the batches never depend on it
+        finally:
+            _release(self.finished)
+
+
+def _locked():
+    lock = _thread.allocate_lock()
+    lock.acquire()
+    return lock
+
+
+def _release(lock) -> None:
+    try:
+        lock.release()
+    except RuntimeError:  # released already (by another caller in the meantime)
+        pass
 
 
 CENSUS_NS = 1_000_000_000  # count a batch's tensors at most once a second per worker
@@ -178,9 +320,11 @@ def _install_fetch_timing(sender: _Sender) -> bool:
             except StopIteration:  # an iterable dataset ran out: the loop will skip this task
                 _batch_started[0] = 0
                 sender.send(0, 0, generation=timing.generation, seq=seq, ended=True)
+                _first_batch_done()
                 raise
             except BaseException:
                 _batch_started[0] = 0
+                _first_batch_done()
                 raise
             c1 = _cpu_ns()
             w1 = _perf_ns()  # the batch is produced: what follows is the handoff
@@ -193,6 +337,7 @@ def _install_fetch_timing(sender: _Sender) -> bool:
                 timing.next_census = _perf_ns() + CENSUS_NS
             sender.send(w1 - w0, c1 - c0, timing.collate_ns, w1, timing.generation, seq,
                         False, tensors, tensor_bytes)
+            _first_batch_done()
             return data
 
         timed_fetch._loadertop_timed = True
@@ -212,32 +357,98 @@ class WorkerHook:
         self.stack_dir = stack_dir
 
     def __call__(self, worker_id: int) -> None:
-        if self.endpoint:
+        if self.endpoint or self.stack_dir:
             try:
-                _reset_inherited_signal_handlers()
-                _install_fetch_timing(_Sender(self.endpoint, self.source, worker_id))
+                _start_helper(self, worker_id)
             except Exception:
                 pass  # measuring must never break a worker
-        if self.stack_dir:
-            try:
-                _start_watchdog(self.stack_dir)
-            except Exception:
-                pass
         if self.user_init_fn is not None:
             self.user_init_fn(worker_id)
 
 
-_watchdog: list = []  # this worker process's WorkerWatchdog (one per process)
+_helper: list = []  # this worker process's _Helper (a persistent worker runs the hook once)
 
 
-def _start_watchdog(stack_dir: str) -> None:
-    """Once per worker process (a persistent worker runs this hook once): its stacks go to
-    `<stack_dir>/<pid>*.txt` when it hangs, where the main process reads them (probe/stacks.py)."""
-    if _watchdog and _watchdog[0].pid == os.getpid():
+def _start_helper(hook: WorkerHook, worker_id: int) -> None:
+    if _helper and _helper[0].pid == os.getpid():
         return
-    from loadertop.probe import stacks
+    sender = None
+    if hook.endpoint:
+        _reset_inherited_signal_handlers()
+        sender = _Sender(hook.endpoint, hook.source, worker_id)
+        _install_fetch_timing(sender)
+    _helper[:] = [_Helper(sender, hook.stack_dir)]
 
-    _watchdog[:] = [stacks.WorkerWatchdog(stack_dir, _batch_started)]
+
+def _first_batch_done() -> None:
+    if _helper:
+        _helper[0].first_batch_done()
+
+
+class WorkerWatchdog:
+    """Inside a worker process: see probe/stacks.py's docstring. `batch_started` is a one-element
+    list the fetch wrapper sets to `perf_counter_ns()` when a batch begins and to 0 when it ends.
+    Made by the hook (it arms the C watchdog at once); `run()` is the helper thread's loop, or a
+    thread of its own with `start=True`."""
+
+    def __init__(self, stack_dir: str, batch_started: list[int], start: bool = True) -> None:
+        import faulthandler
+
+        self.pid = os.getpid()
+        self.batch_started = batch_started
+        self.py_path = os.path.join(stack_dir, f"{self.pid}.py.txt")
+        self.main_thread = _thread.get_ident()  # made on the worker's loop thread
+        fd = os.open(os.path.join(stack_dir, f"{self.pid}.txt"),
+                     os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_TRUNC, 0o600)
+        self.fault_file = os.fdopen(fd, "w")  # must stay open while faulthandler may write
+        self._faulthandler = faulthandler
+        self._arm()
+        if start:
+            _thread.start_new_thread(self.run, ())
+
+    def _arm(self) -> None:
+        # Re-arming replaces the previous timer: it fires only if this is not called again.
+        self._faulthandler.dump_traceback_later(FAULT_AFTER_S, repeat=False, file=self.fault_file)
+
+    def run(self) -> None:
+        while True:
+            time.sleep(WATCHDOG_S)
+            if not self.tick():
+                return
+
+    def tick(self) -> bool:
+        """One wake-up; False once it has failed (the watchdog then just stops)."""
+        try:
+            self._arm()
+            started = self.batch_started[0]
+            if started and time.perf_counter_ns() - started >= STACK_AFTER_NS:
+                self._write_stack()
+            return True
+        except Exception:
+            return False  # measuring must never break a worker
+
+    def disarm(self) -> None:
+        try:
+            self._faulthandler.cancel_dump_traceback_later()
+        except Exception:
+            pass
+
+    def _write_stack(self) -> None:
+        import sys
+        import traceback
+
+        from loadertop import wire
+
+        frame = sys._current_frames().get(self.main_thread)
+        if frame is None:
+            return
+        lines = ["Timeout (loadertop watchdog)!\n", "Thread 0x0 (most recent call first):\n"]
+        for f in reversed(traceback.extract_stack(frame, limit=wire.MAX_FRAMES)):
+            lines.append(f'  File "{f.filename}", line {f.lineno or 0} in {f.name}\n')
+        tmp = self.py_path + ".tmp"
+        with open(tmp, "w") as fh:
+            fh.writelines(lines)
+        os.replace(tmp, self.py_path)
 
 
 def _reset_inherited_signal_handlers() -> None:

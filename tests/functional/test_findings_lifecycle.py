@@ -198,9 +198,9 @@ def test_the_rng_check_never_changes_what_a_dataset_returns(tmp_path, monkeypatc
 
 STUCK_IN_C = """
 import ctypes, sys, time
-from loadertop.probe import stacks
+from loadertop.probe import worker
 batch = [time.perf_counter_ns()]
-stacks.WorkerWatchdog(sys.argv[1], batch)
+worker.WorkerWatchdog(sys.argv[1], batch)
 
 def stuck_in_c():
     # ctypes.PyDLL keeps the GIL during the call: no Python thread can run, the watchdog thread
