@@ -453,7 +453,7 @@ class Publisher:
                 self._send_now = False
                 if inbox is not None and any(r.config.num_workers for r in records):
                     # Only reports use the workers' samples: read just before, in bulk.
-                    self._read_worker_samples(zmq, inbox)
+                    self._read_worker_samples(inbox)
                 if report_due:
                     next_report = _next_tick(origin, report_ns, now)
                 now_ns, sent_at = time.perf_counter_ns(), time.time()
@@ -478,7 +478,7 @@ class Publisher:
             elif msg[:1] == b"\x00":
                 self.subscriptions = max(0, self.subscriptions - 1)
 
-    def _read_worker_samples(self, zmq, inbox) -> None:
+    def _read_worker_samples(self, inbox) -> None:
         by_source = {r.source: r for r in self.records}
         for data in inbox.read(WORKER_RCVHWM):
             try:
@@ -512,7 +512,7 @@ class Publisher:
             return
         if inbox is not None:
             try:
-                self._read_worker_samples(zmq, inbox)  # the last ones, into the final reports
+                self._read_worker_samples(inbox)  # the last ones, into the final reports
             except Exception:
                 pass
         sent_at = time.time()

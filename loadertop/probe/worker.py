@@ -43,7 +43,7 @@ class _Sender:
 
     The worker's first batch is on the training loop's critical path at every epoch start, and
     a fresh worker process pays for everything it does before it: importing msgspec and the wire
-    schema (a spawned or forkserver worker: ~8 ms with torch loaded), a started thread
+    schema (a spawned or forkserver worker: ~7 ms with torch loaded), a started thread
     (threading.Thread.start waits for the new thread to run: 0.5-3 ms in a busy worker). So the
     worker's loop thread only takes stamps and appends tuples here; the helper thread (`_Helper`,
     started with `_thread.start_new_thread`, which does not wait) imports the schema and connects
@@ -120,7 +120,7 @@ class _Sender:
         try:
             import socket
 
-            from loadertop import wire  # msgspec: ~8 ms in a spawned worker, here off the batches
+            from loadertop import wire  # msgspec: ~7 ms in a spawned worker, here off the batches
 
             sock = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
             try:
@@ -159,8 +159,8 @@ class _Helper:
 
     A spawned or forkserver worker ends with the interpreter's finalization (a forked one with
     os._exit). A thread of ours still running then is killed as it next takes the GIL
-    (pthread_exit in CPython 3.11), and with torch loaded that aborted about one worker in a
-    hundred here ("terminate called without an active exception", SIGABRT: torch's DataLoader
+    (pthread_exit in CPython 3.11), and with torch loaded that aborted one spawned worker in
+    60-120 here ("terminate called without an active exception", SIGABRT: torch's DataLoader
     then raises in the training loop), most often while the thread was still importing. So an
     atexit handler, which runs before finalization, stops the thread and waits for it.
     """
@@ -178,14 +178,14 @@ class _Helper:
         self.watchdog = None
         if stack_dir:
             try:
-                self.watchdog = WorkerWatchdog(stack_dir, _batch_started, start=False)
+                self.watchdog = WorkerWatchdog(stack_dir, _batch_started)
             except Exception:
                 self.watchdog = None  # measuring must never break a worker
         _thread.start_new_thread(self._run, ())
         atexit.register(self.close)  # never runs in a forked worker: it leaves by os._exit
 
     def first_batch_done(self) -> None:
-        if not self.started:  # once: this runs after every batch
+        if not self.started:  # once: persistent workers make a first batch every epoch
             self.started = True
             _release(self.first_batch)
 
@@ -320,12 +320,13 @@ def _install_fetch_timing(sender: _Sender) -> bool:
             except StopIteration:  # an iterable dataset ran out: the loop will skip this task
                 _batch_started[0] = 0
                 sender.send(0, 0, generation=timing.generation, seq=seq, ended=True)
-                _first_batch_done()
                 raise
             except BaseException:
                 _batch_started[0] = 0
-                _first_batch_done()
                 raise
+            finally:
+                if seq == 0:  # made or failed: the helper may start (once per process)
+                    _first_batch_done()
             c1 = _cpu_ns()
             w1 = _perf_ns()  # the batch is produced: what follows is the handoff
             _batch_started[0] = 0
@@ -337,7 +338,6 @@ def _install_fetch_timing(sender: _Sender) -> bool:
                 timing.next_census = _perf_ns() + CENSUS_NS
             sender.send(w1 - w0, c1 - c0, timing.collate_ns, w1, timing.generation, seq,
                         False, tensors, tensor_bytes)
-            _first_batch_done()
             return data
 
         timed_fetch._loadertop_timed = True
@@ -388,10 +388,9 @@ def _first_batch_done() -> None:
 class WorkerWatchdog:
     """Inside a worker process: see probe/stacks.py's docstring. `batch_started` is a one-element
     list the fetch wrapper sets to `perf_counter_ns()` when a batch begins and to 0 when it ends.
-    Made by the hook (it arms the C watchdog at once); `run()` is the helper thread's loop, or a
-    thread of its own with `start=True`."""
+    Made by the hook (it arms the C watchdog at once); the helper thread calls `tick()`."""
 
-    def __init__(self, stack_dir: str, batch_started: list[int], start: bool = True) -> None:
+    def __init__(self, stack_dir: str, batch_started: list[int]) -> None:
         import faulthandler
 
         self.pid = os.getpid()
@@ -403,18 +402,10 @@ class WorkerWatchdog:
         self.fault_file = os.fdopen(fd, "w")  # must stay open while faulthandler may write
         self._faulthandler = faulthandler
         self._arm()
-        if start:
-            _thread.start_new_thread(self.run, ())
 
     def _arm(self) -> None:
         # Re-arming replaces the previous timer: it fires only if this is not called again.
         self._faulthandler.dump_traceback_later(FAULT_AFTER_S, repeat=False, file=self.fault_file)
-
-    def run(self) -> None:
-        while True:
-            time.sleep(WATCHDOG_S)
-            if not self.tick():
-                return
 
     def tick(self) -> bool:
         """One wake-up; False once it has failed (the watchdog then just stops)."""

@@ -199,8 +199,8 @@ def test_the_rng_check_never_changes_what_a_dataset_returns(tmp_path, monkeypatc
 STUCK_IN_C = """
 import ctypes, sys, time
 from loadertop.probe import worker
-batch = [time.perf_counter_ns()]
-worker.WorkerWatchdog(sys.argv[1], batch)
+worker._batch_started[0] = time.perf_counter_ns()  # inside a batch, as the fetch wrapper marks it
+worker._Helper(None, sys.argv[1])  # a worker's helper thread without a sender: the watchdog
 
 def stuck_in_c():
     # ctypes.PyDLL keeps the GIL during the call: no Python thread can run, the watchdog thread
