@@ -17,6 +17,21 @@ def instrument(loader, *, name=None, endpoint=None):
     loader0, loader1, …); `endpoint` overrides LOADERTOP_ENDPOINT for this process. With
     LOADERTOP_DISABLE=1 `loader` itself is returned.
     """
-    from loadertop.probe.loader import instrument as _instrument
+    if _instrument is None:
+        # The first call imports the probe and starts the publisher, counted out of the
+        # program's next full garbage collection (loadertop/probe/quiet_start.py).
+        from loadertop.probe import quiet_start
 
+        return quiet_start.call(_first_instrument, loader, name, endpoint)
     return _instrument(loader, name=name, endpoint=endpoint)
+
+
+_instrument = None  # loadertop.probe.loader.instrument, once imported
+
+
+def _first_instrument(loader, name, endpoint):
+    global _instrument
+    from loadertop.probe.loader import instrument
+
+    _instrument = instrument
+    return instrument(loader, name=name, endpoint=endpoint)

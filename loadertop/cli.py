@@ -5,12 +5,16 @@ Imports are lazy so `loadertop --help` and `--version` answer at once (no torch,
 
 from __future__ import annotations
 
-import argparse
 import os
 import signal
 import sys
 
 from loadertop._version import __version__
+
+TYPE_CHECKING = False  # not typing's: importing typing costs `run` ~5 ms where nothing else does
+if TYPE_CHECKING:
+    import argparse  # imported by each parser below: `run` and `tune` parse their own arguments,
+    # and `run` starts before the job, whose start-up it delays (argparse + gettext: ~1.8 ms)
 
 SUBCOMMANDS = ("snapshot", "run", "attach", "tune", "record", "replay", "report", "export", "demo",
                "keys")
@@ -46,6 +50,8 @@ Instrument a loader with:  train = loadertop.instrument(DataLoader(...), name="t
 
 
 def _viewer_parser() -> argparse.ArgumentParser:
+    import argparse
+
     p = argparse.ArgumentParser(
         prog="loadertop", description=DESCRIPTION,
         formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -69,6 +75,8 @@ def _viewer_parser() -> argparse.ArgumentParser:
 
 
 def _record_parser() -> argparse.ArgumentParser:
+    import argparse
+
     p = argparse.ArgumentParser(
         prog="loadertop record",
         description="Record every message a viewer receives (with its receive time) to FILE, "
@@ -85,6 +93,8 @@ def _record_parser() -> argparse.ArgumentParser:
 
 
 def _replay_parser() -> argparse.ArgumentParser:
+    import argparse
+
     p = argparse.ArgumentParser(
         prog="loadertop replay",
         description="Play a recording in the live viewer: space pause, ←/→ seek 10 s (shift: 60 s), "
@@ -100,6 +110,8 @@ def _replay_parser() -> argparse.ArgumentParser:
 
 
 def _report_parser() -> argparse.ArgumentParser:
+    import argparse
+
     p = argparse.ArgumentParser(
         prog="loadertop report",
         description="Write one self-contained HTML file (opens offline) with plots of a recording "
@@ -113,6 +125,8 @@ def _report_parser() -> argparse.ArgumentParser:
 
 
 def _snapshot_parser() -> argparse.ArgumentParser:
+    import argparse
+
     p = argparse.ArgumentParser(
         prog="loadertop snapshot",
         description="Watch for S seconds, print one report (or the JSON document) and exit.")
@@ -130,6 +144,8 @@ def _snapshot_parser() -> argparse.ArgumentParser:
 
 
 def _attach_parser() -> argparse.ArgumentParser:
+    import argparse
+
     from loadertop.attach import EXIT_CODES
 
     codes = ", ".join(f"{code} {kind}" for kind, code in EXIT_CODES.items())
@@ -152,6 +168,8 @@ def _attach_parser() -> argparse.ArgumentParser:
 
 
 def _listen_endpoint(text: str) -> str:
+    import argparse
+
     from loadertop import endpoints
 
     try:
@@ -161,6 +179,8 @@ def _listen_endpoint(text: str) -> str:
 
 
 def _export_parser() -> argparse.ArgumentParser:
+    import argparse
+
     from loadertop.exporter import DEFAULT_LISTEN  # the package alone: no prometheus_client
 
     p = argparse.ArgumentParser(

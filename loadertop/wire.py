@@ -321,7 +321,8 @@ class Goodbye(msgspec.Struct, frozen=True, gc=False, tag="bye"):
 
 
 class WorkerSample(msgspec.Struct, frozen=True, tag="wsample", array_like=True):
-    """Worker process -> its own main process (PUSH/PULL, never to viewers): one fetched batch.
+    """Worker process -> its own main process (its unix socket, probe/inbox.py; never to
+    viewers): one fetched batch. Workers write it with probe/sample_codec.py, not msgspec.
 
     ``generation`` counts the fetchers this worker process has made (torch makes a new one per
     epoch of persistent workers) and ``seq`` the batches of this fetcher: with the worker's pid

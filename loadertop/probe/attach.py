@@ -77,7 +77,7 @@ def attach(*, endpoint: str | None, directory: str) -> dict:
                            f"{getattr(sys.modules.get('torch'), '__version__', '?')})")
     publisher = publisher_module.get_publisher(endpoint, directory=directory, sigterm_cleanup=False)
     _state = _Attached(module, original_next, publisher)
-    publisher._start()
+    publisher.start()
     if publisher.failed:
         raise RuntimeError(publisher.failed)
     publisher._ready.wait(READY_TIMEOUT_S)

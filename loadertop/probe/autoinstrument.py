@@ -170,7 +170,7 @@ def apply_rank_port(environ=os.environ) -> None:
 
 # ---------------------------------------------------------------------------- iterating
 def _instrumented(loader, original):
-    probe = _probe or _load_probe()
+    probe = _probe or _start_probe()
     if probe is None or getattr(probe._inside, "active", False):
         return original(loader)  # loadertop.instrument's proxy is iterating: it measures
     try:
@@ -186,17 +186,26 @@ def _instrumented(loader, original):
     return probe.instrumented_iter(loader, record, endpoint, original_iter=original)
 
 
+def _start_probe():
+    """The first instrumented iteration of this process: the probe's import and the publisher's
+    start, counted out of the program's next full garbage collection (probe/quiet_start.py)."""
+    from loadertop.probe import quiet_start
+
+    return quiet_start.call(_load_probe)
+
+
 def _load_probe():
     global _probe
-    # Imported with the garbage collector as the program has it: paused here (as attach's
-    # bootstrap once did), 30 short-lived 2-worker loaders took x1.46 the plain time instead of
-    # x1.13: the import's objects left the program just under its next full collection, which
-    # every forked worker then made itself (a first batch of ~105 ms instead of ~10 ms).
     try:
         from loadertop.probe import loader as probe
     except Exception as exc:
         _warn(f"DataLoaders are not instrumented: {exc!r}")
         return None
+    if not environment.disabled() and not _in_dataloader_worker():
+        try:
+            probe.get_publisher(None).start()  # here, not at registration: see _start_probe
+        except Exception as exc:  # registration says it again, and skips the loader
+            probe.warn_once(f"instrumentation disabled: {exc!r}")
     _probe = probe
     return probe
 

@@ -31,8 +31,6 @@ import time
 import weakref
 from pathlib import Path
 
-import psutil
-
 from loadertop import discovery, endpoints, environment, wire
 from loadertop.probe.inbox import WorkerInbox
 from loadertop.probe.record import LoaderRecord
@@ -79,6 +77,44 @@ def warn_once(message: str) -> None:
             pass
 
 
+# What only a viewer needs (psutil for the workers' CPU and memory and for the slow readings, the
+# machine's sampler, NVML's dlopen) is loaded by the publisher thread when the first viewer
+# subscribes: a program nobody watches never pays for it (psutil and the system sampler were
+# ~12 of the ~40 ms the probe's start took at a first loader here). An import or a dlopen on a
+# thread while another thread forks leaves its lock held in the child, which then deadlocks at
+# its own import of that module (seen with `import zmq` in a forked DataLoader worker); so a
+# fork waits, in os.register_at_fork's `before`, until that loading is done (at most once per
+# process, for ~12 ms, and only if a fork comes exactly then).
+_loading = threading.Lock()
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(before=_loading.acquire, after_in_parent=_loading.release,
+                        after_in_child=_loading.release)
+
+
+def _process_identity() -> tuple[float, str]:
+    """(start time, command line) of this process, as psutil gives them (its create_time() and
+    cmdline()), read from /proc on Linux without importing psutil; psutil elsewhere."""
+    try:
+        with open("/proc/self/stat", "rb") as f:
+            stat = f.read()
+        start_ticks = int(stat[stat.rindex(b")") + 2:].split()[19])  # field 22: starttime
+        with open("/proc/stat", "rb") as f:
+            boot = next(int(line.split()[1]) for line in f if line.startswith(b"btime "))
+        with open("/proc/self/cmdline", "rb") as f:
+            argv = f.read().rstrip(b"\0").split(b"\0")
+        command = " ".join(a.decode(errors="replace") for a in argv)
+        return boot + start_ticks / os.sysconf("SC_CLK_TCK"), command
+    except (OSError, ValueError, IndexError, StopIteration):
+        pass
+    try:
+        import psutil  # not Linux: on the caller's thread, before the publisher thread starts
+
+        proc = psutil.Process()
+        return proc.create_time(), " ".join(proc.cmdline())
+    except Exception:
+        return time.time(), " ".join(sys.argv)
+
+
 def get_publisher(endpoint: str | None = None, *, directory: str | None = None,
                   sigterm_cleanup: bool = True) -> Publisher:
     """The process's publisher, created on first use (and again in a forked child); `endpoint`,
@@ -105,13 +141,8 @@ class Publisher:
         self.pid = os.getpid()
         self.host = socket.gethostname()
         self.rank = environment.rank()
-        try:
-            proc = psutil.Process()
-            self.started_at = proc.create_time()
-            self.command = " ".join(proc.cmdline())[:wire.MAX_TEXT]
-        except psutil.Error:
-            self.started_at = time.time()
-            self.command = " ".join(sys.argv)[:wire.MAX_TEXT]
+        self.started_at, command = _process_identity()
+        self.command = command[:wire.MAX_TEXT]
         self.records: list[LoaderRecord] = []
         self._names: set[str] = set()
         self._by_name: dict[str, LoaderRecord] = {}  # the latest record given each name
@@ -136,9 +167,10 @@ class Publisher:
         self._ready = threading.Event()
         self._send_now = False
         self._thread: threading.Thread | None = None
-        self._system = None
+        self._system = None  # loadertop.probe.system_feed.SystemFeed, once a viewer subscribed
         self._curve = None  # loadertop.remote.CurveServer when LOADERTOP_CURVE_SECRET is set
         self._resources = ResourceSampler()
+        self._viewer_tools = False  # psutil and the machine's sampler loaded (see _loading)
         self.stack_dir: str | None = None  # set at start when the directory can be made
 
     # ------------------------------------------------------------ training thread side
@@ -161,7 +193,7 @@ class Publisher:
         with self._records_lock:
             self.records.append(record)
             self._by_name[name] = record
-        self._start()
+        self.start()
         record.stack_dir = self.stack_dir
         return record
 
@@ -211,7 +243,8 @@ class Publisher:
             else:
                 record.retired_since = None
 
-    def _start(self) -> None:
+    def start(self) -> None:
+        """Bind, write the discovery entry and start the thread; once (later calls return)."""
         if self._thread is not None:
             return
         if self.requested_endpoint is not None:
@@ -242,24 +275,20 @@ class Publisher:
         # Everything the thread will import is imported here, on the caller's thread: a fork
         # (DataLoader workers) while another thread holds an import lock deadlocks the child
         # at its next import of that module (seen with `import zmq` in a forked worker).
+        # (What only a viewer needs is the exception: see _loading.)
         import zmq  # noqa: F401
 
-        from loadertop import remote
+        if os.environ.get(environment.LOADERTOP_CURVE_SECRET) or \
+                os.environ.get(environment.LOADERTOP_AUTHORIZED_KEYS):
+            from loadertop import remote
 
-        try:
-            self._curve = remote.curve_server_from_env()  # imports zmq.auth here, see above
-        except remote.CurveConfigError as exc:  # never fall back to plaintext
-            self.failed = str(exc)
-            self.worker_endpoint = None
-            warn_once(f"{self.failed}; training continues unobserved")
-            return
-        try:
-            from loadertop.probe.system_feed import SystemFeed
-
-            self._system = SystemFeed(self.host)
-            self._system.report()  # primes the rates; NVML's dlopen happens here, not in the thread
-        except Exception:
-            self._system = None
+            try:
+                self._curve = remote.curve_server_from_env()  # imports zmq.auth here, see above
+            except remote.CurveConfigError as exc:  # never fall back to plaintext
+                self.failed = str(exc)
+                self.worker_endpoint = None
+                warn_once(f"{self.failed}; training continues unobserved")
+                return
         try:
             self._wake = os.pipe()  # non-inheritable: a spawned worker never holds it
         except OSError:
@@ -410,6 +439,8 @@ class Publisher:
             with self._records_lock:
                 records = list(self.records)
             watched = self.subscriptions > 0
+            if watched and not self._viewer_tools:
+                self._load_viewer_tools()
             sampling = watched and any(record.has_queue() for record in records)
             if sample_due:
                 next_sample = _next_tick(origin, sample_ns, now)
@@ -492,6 +523,26 @@ class Publisher:
                 record.add_worker_start(sample)
             else:
                 record.add_worker_sample(sample)
+
+    def _load_viewer_tools(self) -> None:
+        """On this thread, at the first subscription: psutil and the machine's sampler (whose
+        first reading starts its rates and dlopens NVML), with forks held off (see _loading)."""
+        self._viewer_tools = True
+        with _loading:
+            try:
+                import psutil
+
+                from loadertop.probe import record, resources
+                from loadertop.probe.system_feed import SystemFeed
+            except Exception:  # pragma: no cover - hard dependencies
+                return
+            record.use_psutil(psutil)
+            resources.use_psutil(psutil)
+            try:
+                self._system = SystemFeed(self.host)
+                self._system.report()
+            except Exception:
+                self._system = None
 
     def _sample_system(self):
         try:

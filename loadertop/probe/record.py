@@ -16,8 +16,6 @@ import time
 import weakref
 from collections import deque
 
-import psutil
-
 from loadertop import wire
 from loadertop.probe import stacks, torch_internals
 
@@ -160,7 +158,8 @@ class LoaderRecord:
         self._workers: dict[int, _WorkerAccum] = {}
         # worker id -> (pid, alive, exitcode, cpu %, rss), refreshed by sample_workers()
         self._worker_status: dict[int, tuple] = {}
-        self._psutil: dict[int, psutil.Process] = {}
+        self._psutil: dict[int, object] = {}  # pid -> psutil.Process
+        self._alive_pids: set[int] = set()  # the workers alive at the last sample_workers()
         self._worker_procs: list = []
         self.retired_since: float | None = None  # set by the publisher while the loader is dead
         self._loop_cpu_clock: int | None = None  # CPU clock of the thread that iterates
@@ -616,7 +615,9 @@ class LoaderRecord:
         return cached[1]
 
     def sample_workers(self) -> None:
-        """Liveness, CPU % and RSS of the current iterator's workers (~1 Hz, psutil)."""
+        """Liveness, CPU % and RSS of the current iterator's workers (~1 Hz); CPU and RSS only
+        once a viewer has subscribed (psutil: see publisher._loading)."""
+        psutil = _psutil_module
         it = self.iterator
         if it is not None:
             self._worker_procs = torch_internals.worker_pids(it)
@@ -630,6 +631,7 @@ class LoaderRecord:
             cpu = rss = None
             if pid is not None and alive:
                 seen.add(pid)
+            if pid is not None and alive and psutil is not None:
                 ps = self._psutil.get(pid)
                 try:
                     if ps is None:
@@ -641,11 +643,11 @@ class LoaderRecord:
                 except psutil.Error:
                     pass
             status[wid] = (pid, alive, exitcode, cpu, rss)
-        for pid in list(self._psutil):
-            if pid not in seen:
-                del self._psutil[pid]
-                if self.stack_dir:  # a worker gone: its stack files too
-                    stacks.remove_worker_files(self.stack_dir, pid)
+        for pid in self._alive_pids - seen:
+            self._psutil.pop(pid, None)
+            if self.stack_dir:  # a worker gone: its stack files too
+                stacks.remove_worker_files(self.stack_dir, pid)
+        self._alive_pids = seen
         self._worker_status = status
         self._update_busy(self.iterator, time.perf_counter_ns())  # read anew: see above
 
@@ -819,6 +821,15 @@ class LoaderRecord:
                            batches_total=self.batches_total, error=self.error)
         self.seq += 1
         return msg
+
+
+_psutil_module = None  # set by use_psutil() when a viewer first subscribes
+
+
+def use_psutil(module) -> None:
+    """From then on, sample_workers() reads the workers' CPU and RSS with psutil (`module`)."""
+    global _psutil_module
+    _psutil_module = module
 
 
 def _thread_cpu_clock() -> int | None:

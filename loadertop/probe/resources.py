@@ -30,9 +30,16 @@ import time
 from collections.abc import Callable
 from typing import Final
 
-import psutil
-
 from loadertop import environment, wire
+
+# psutil, given by the publisher thread when a viewer first subscribes (publisher._loading):
+# only a viewer reads these figures, and a program nobody watches does not import it.
+psutil = None  # type: ignore[assignment]
+
+
+def use_psutil(module) -> None:
+    global psutil
+    psutil = module
 
 try:  # Unix only
     import resource as _resource
@@ -86,7 +93,7 @@ class ResourceSampler:
         self._main_uss_s = main_uss_s
         self._clock = clock
         self._cpu_clock = cpu_clock
-        self._procs: dict[int, psutil.Process] = {}
+        self._procs: dict[int, object] = {}  # pid -> psutil.Process
         self._uss_due = float("-inf")  # monotonic time from which a round may read USS/PSS
         self._round_at = float("-inf")
         self._round_full = False
@@ -97,6 +104,10 @@ class ResourceSampler:
 
     def sample(self, workers: list[tuple[int, int]]) -> wire.ResourceReport:
         """The main process and `workers` ((worker id, pid) pairs) now."""
+        if psutil is None:  # called before any viewer subscribed (tests): on this thread
+            import psutil as module
+
+            use_psutil(module)
         try:
             return self._sample(workers)
         except Exception:  # the probe never breaks training over a figure
@@ -140,7 +151,7 @@ class ResourceSampler:
         self._round_cost = 0.0
         self._main = None
 
-    def _process(self, pid: int) -> psutil.Process | None:
+    def _process(self, pid: int):
         proc = self._procs.get(pid)
         if proc is not None:
             # psutil compares the start time it recorded: a reused pid is another process.

@@ -11,9 +11,8 @@ figure to `null` instead of crashing training.
 from __future__ import annotations
 
 import os
+import sys
 from dataclasses import dataclass
-
-import psutil
 
 
 @dataclass(frozen=True)
@@ -117,6 +116,11 @@ def worker_state(pid: int | None, proc) -> tuple[bool | None, int | None]:
         return False, code
     except (OSError, AttributeError):
         info = None
+        # Not a child we can peek at (no waitid): psutil, if a viewer had it loaded (on this, the
+        # publisher's thread, an import could deadlock a worker forked meanwhile).
+        psutil = sys.modules.get("psutil")
+        if psutil is None:
+            return None, None
         try:
             status = psutil.Process(pid).status()
         except psutil.NoSuchProcess:

@@ -12,8 +12,9 @@ process's stamps), named by (pid, fetcher generation, sequence) so the main proc
 with the loop's receipt of the same batch.
 
 Nothing before a worker's first batch costs more than a few stamps: this module imports only the
-standard library (a spawned worker imports it to unpickle the hook), and the socket, msgspec and
-the watchdog's loop wait for the helper thread (`_Sender`, `_Helper`).
+standard library (a spawned worker imports it to unpickle the hook), the messages are written
+without msgspec (probe/sample_codec.py), and the socket and the watchdog's loop wait for the
+helper thread (`_Sender`, `_Helper`).
 """
 
 from __future__ import annotations
@@ -22,7 +23,8 @@ import _thread
 import os
 import time
 
-from loadertop.probe import rng  # stdlib only: a forked worker has it from its parent
+# stdlib only (a forked worker has them from its parent; a spawned one imports just these)
+from loadertop.probe import rng, sample_codec
 
 _perf_ns = time.perf_counter_ns
 _cpu_ns = time.process_time_ns  # all threads of the worker: a dataset may decode in a pool
@@ -42,14 +44,15 @@ class _Sender:
     """One socket per worker process (probe/inbox.py), made off the batch path.
 
     The worker's first batch is on the training loop's critical path at every epoch start, and
-    a fresh worker process pays for everything it does before it: importing msgspec and the wire
-    schema (a spawned or forkserver worker: ~7 ms with torch loaded), a started thread
-    (threading.Thread.start waits for the new thread to run: 0.5-3 ms in a busy worker). So the
-    worker's loop thread only takes stamps and appends tuples here; the helper thread (`_Helper`,
-    started with `_thread.start_new_thread`, which does not wait) imports the schema and connects
+    a fresh worker process pays for everything it does before it: a started thread
+    (threading.Thread.start waits for the new thread to run: 0.5-3 ms in a busy worker), a
+    connect. So the worker's loop thread only takes stamps and appends tuples here; the helper
+    thread (`_Helper`, started with `_thread.start_new_thread`, which does not wait) connects
     once the first batch is produced, sends what was held, and then hands the socket to the
     loop's thread, which from then on sends each sample itself (one non-blocking send: the
-    handover is under `lock`, so the two threads never send at once).
+    handover is under `lock`, so the two threads never send at once). The messages are written
+    by probe/sample_codec.py: importing msgspec and the schema in a spawned worker took ~7 ms
+    on that thread, just as the first batch was being handed over.
     """
 
     def __init__(self, endpoint: str, source: str, worker_id: int) -> None:
@@ -62,7 +65,6 @@ class _Sender:
         self.pending: list = []  # ("sample", fields) / ("start", captured states), in order
         self.lock = _thread.allocate_lock()
         self.dropped = 0
-        self._wire = None
         self._flags = 0
 
     def send(self, fetch_ns: int, cpu_ns: int, collate_ns: int = 0, done_ns: int = 0,
@@ -97,13 +99,11 @@ class _Sender:
             return True
 
     def _encode(self, kind: str, payload) -> bytes:
-        wire = self._wire
         if kind == "start":
-            msg = wire.WorkerStart(self.source, self.worker_id, self.pid, rng.digest(payload))
-        else:
-            msg = wire.WorkerSample(self.source, self.worker_id, self.pid, payload[0], payload[1],
-                                    self.dropped, *payload[2:])
-        return wire.encode_sample(msg)
+            return sample_codec.worker_start(self.source, self.worker_id, self.pid,
+                                             rng.digest(payload))
+        return sample_codec.worker_sample(self.source, self.worker_id, self.pid, payload[0],
+                                          payload[1], self.dropped, *payload[2:])
 
     def _send_now(self, kind: str, payload, sock=None) -> None:
         if self.pid != os.getpid():  # a process forked from this worker: not its socket
@@ -120,8 +120,6 @@ class _Sender:
         try:
             import socket
 
-            from loadertop import wire  # msgspec: ~7 ms in a spawned worker, here off the batches
-
             sock = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
             try:
                 sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, SNDBUF_BYTES)
@@ -137,7 +135,6 @@ class _Sender:
                     if time.monotonic() >= deadline:
                         raise
                     time.sleep(0.01)  # this thread only: nothing waits for it
-            self._wire = wire
             self._flags = socket.MSG_DONTWAIT | socket.MSG_NOSIGNAL
         except Exception:
             with self.lock:
@@ -397,15 +394,17 @@ class WorkerWatchdog:
         self.batch_started = batch_started
         self.py_path = os.path.join(stack_dir, f"{self.pid}.py.txt")
         self.main_thread = _thread.get_ident()  # made on the worker's loop thread
-        fd = os.open(os.path.join(stack_dir, f"{self.pid}.txt"),
-                     os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_TRUNC, 0o600)
-        self.fault_file = os.fdopen(fd, "w")  # must stay open while faulthandler may write
+        # A bare descriptor (faulthandler takes one since Python 3.5), kept open while
+        # faulthandler may write to it. A file object (os.fdopen) instead cost each short-lived
+        # 2-worker loader ~2 ms more here (+2.7 against +0.6 ms over plain, 150 A/B rounds).
+        self.fault_fd = os.open(os.path.join(stack_dir, f"{self.pid}.txt"),
+                                os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_TRUNC, 0o600)
         self._faulthandler = faulthandler
         self._arm()
 
     def _arm(self) -> None:
         # Re-arming replaces the previous timer: it fires only if this is not called again.
-        self._faulthandler.dump_traceback_later(FAULT_AFTER_S, repeat=False, file=self.fault_file)
+        self._faulthandler.dump_traceback_later(FAULT_AFTER_S, repeat=False, file=self.fault_fd)
 
     def tick(self) -> bool:
         """One wake-up; False once it has failed (the watchdog then just stops)."""
@@ -428,13 +427,11 @@ class WorkerWatchdog:
         import sys
         import traceback
 
-        from loadertop import wire
-
         frame = sys._current_frames().get(self.main_thread)
         if frame is None:
             return
         lines = ["Timeout (loadertop watchdog)!\n", "Thread 0x0 (most recent call first):\n"]
-        for f in reversed(traceback.extract_stack(frame, limit=wire.MAX_FRAMES)):
+        for f in reversed(traceback.extract_stack(frame, limit=sample_codec.MAX_FRAMES)):
             lines.append(f'  File "{f.filename}", line {f.lineno or 0} in {f.name}\n')
         tmp = self.py_path + ".tmp"
         with open(tmp, "w") as fh:

@@ -13,8 +13,8 @@ batch, the other batches, shutdown when the iterator is dropped).
 
 LT_SHORT_SUSPECT (measurements of one suspect at a time, only meaningful under `loadertop run`;
 comma-separated):
-    no_worker_hook  the worker-side hook does nothing (no fetch timing, no PUSH socket)
-    no_sender       fetch timing runs, but no ZeroMQ context or socket is made in the worker
+    no_worker_hook  the worker-side hook does nothing (no fetch timing, no socket, no watchdog)
+    no_sender       fetch timing runs, but its samples are not sent
     no_retention    dead loaders' records retire at once (publisher RETIRE_AFTER_S = 0)
 """
 

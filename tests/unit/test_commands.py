@@ -110,13 +110,17 @@ def test_is_this_python(tmp_path):
     assert not run._is_this_python(str(other))
 
 
+def test_importable_answers_as_find_spec_does():
+    for name in ("torch", "loadertop", "json", "no_such_module_here"):
+        assert run._importable(name) is (importlib.util.find_spec(name) is not None), name
+
+
 def test_torch_warning(tmp_path, monkeypatch):
     env = {"PATH": os.path.dirname(sys.executable)}
     if importlib.util.find_spec("torch") is not None:
         assert run.torch_warning([sys.executable, "train.py"], env) is None  # torch here: silent
-    real_find_spec = importlib.util.find_spec
-    monkeypatch.setattr(importlib.util, "find_spec",
-                        lambda name, *a: None if name == "torch" else real_find_spec(name, *a))
+    real_importable = run._importable
+    monkeypatch.setattr(run, "_importable", lambda name: name != "torch" and real_importable(name))
     line = run.torch_warning([sys.executable, "train.py"], env)
     assert line == (f"loadertop run: torch is not installed in {sys.executable}, the Python that runs "
                     f"{sys.executable}: its DataLoaders cannot be instrumented (install torch there)")

@@ -250,3 +250,49 @@ def test_random_corruption_of_valid_frames(data):
         assert isinstance(msg, (wire.LoaderReport, wire.SystemReport, wire.Goodbye))
 
 
+
+
+# ---------------------------------------------------------------------------- the worker's codec
+# probe/sample_codec.py writes the worker's messages without msgspec; the bytes must be
+# msgspec's own for every value a field can take (and for some it cannot: the decoder then
+# rejects them as it would msgspec's).
+from loadertop.probe import sample_codec  # noqa: E402
+
+_ints = st.one_of(st.integers(0, 300), st.integers(0, 2**64 - 1), st.integers(-2**63, -1),
+                  st.sampled_from([127, 128, 255, 256, 2**16 - 1, 2**16, 2**32 - 1, 2**32,
+                                   -32, -33, -128, -129, -2**15, -2**15 - 1, -2**31, -2**31 - 1]))
+_texts = st.one_of(st.text(max_size=40), st.text(min_size=250, max_size=300),
+                   st.text(alphabet="é水", min_size=20, max_size=100), st.just("x" * 70000))
+_maybe = st.one_of(st.none(), _ints)
+
+
+@settings(max_examples=300, suppress_health_check=[HealthCheck.too_slow])
+@given(source=_texts, worker_id=_ints, pid=_ints, fetch=_ints, cpu=_ints, dropped=_ints,
+       collate=_ints, done=_ints, generation=_ints, seq=_ints, ended=st.booleans(),
+       tensors=_maybe, tensor_bytes=_maybe)
+def test_the_worker_writes_a_sample_as_msgspec_does(source, worker_id, pid, fetch, cpu, dropped,
+                                                      collate, done, generation, seq, ended,
+                                                      tensors, tensor_bytes):
+    fields = (source, worker_id, pid, fetch, cpu, dropped, collate, done, generation, seq, ended,
+              tensors, tensor_bytes)
+    assert sample_codec.worker_sample(*fields) == wire.encode_sample(wire.WorkerSample(*fields))
+
+
+@settings(max_examples=200, suppress_health_check=[HealthCheck.too_slow])
+@given(source=_texts, worker_id=_ints, pid=_ints,
+       digests=st.dictionaries(st.text(max_size=40), st.text(max_size=300), max_size=70),
+       stack_file=st.one_of(st.none(), _texts))
+def test_the_worker_writes_a_start_as_msgspec_does(source, worker_id, pid, digests, stack_file):
+    assert sample_codec.worker_start(source, worker_id, pid, digests, stack_file) == \
+        wire.encode_sample(wire.WorkerStart(source, worker_id, pid, digests, stack_file))
+
+
+def test_what_the_worker_writes_decodes_and_the_schema_still_judges_it():
+    ok = sample_codec.worker_sample("h:1:train", 1, 4242, 10_000, 9_000, 0, 500, 123456789, 0, 7,
+                                    False, 3, 4096)
+    assert wire.decode_sample(ok) == wire.WorkerSample("h:1:train", 1, 4242, 10_000, 9_000, 0,
+                                                       500, 123456789, 0, 7, False, 3, 4096)
+    with pytest.raises(wire.WireError):  # a negative count: written, then refused on decoding
+        wire.decode_sample(sample_codec.worker_sample("h:1:train", 0, 1, -5, 0))
+    assert sample_codec.MAX_FRAMES == wire.MAX_FRAMES
+    assert (sample_codec.SAMPLE_TAG, sample_codec.START_TAG) == ("wsample", "wstart")
