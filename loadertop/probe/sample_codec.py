@@ -23,9 +23,12 @@ MAX_FRAMES = 256  # wire.MAX_FRAMES: frames of one stack (the watchdog writes no
 _pack = struct.pack
 
 
+_FIXINTS = [bytes((i,)) for i in range(0x80)]
+
+
 def _int(value: int) -> bytes:
     if 0 <= value <= 0x7F:
-        return bytes((value,))
+        return _FIXINTS[value]
     if value >= 0:
         if value <= 0xFF:
             return b"\xcc" + bytes((value,))
@@ -79,6 +82,27 @@ def _value(value) -> bytes:
 def _array(items: tuple) -> bytes:
     n = len(items)  # at most 14 here: a fixarray
     return bytes((0x90 | n,)) + b"".join(_value(v) for v in items)
+
+
+class SampleWriter:
+    """worker_sample() for one worker: the fields that never change (the array's head, the tag,
+    source, worker id and pid) written once: ~1.7 us a sample here, against ~5.4 us without (and
+    ~0.3 us for msgspec's encoder, which a spawned worker would have to import first)."""
+
+    __slots__ = ("_head",)
+
+    def __init__(self, source: str, worker_id: int, pid: int) -> None:
+        self._head = bytes((0x90 | 14,)) + _str(SAMPLE_TAG) + _str(source) + _int(worker_id) + \
+            _int(pid)
+
+    def sample(self, fetch_ns: int, cpu_ns: int, dropped: int = 0, collate_ns: int = 0,
+               done_ns: int = 0, generation: int = 0, seq: int = 0, ended: bool = False,
+               tensors: int | None = None, tensor_bytes: int | None = None) -> bytes:
+        return b"".join((self._head, _int(fetch_ns), _int(cpu_ns), _int(dropped),
+                         _int(collate_ns), _int(done_ns), _int(generation), _int(seq),
+                         b"\xc3" if ended else b"\xc2",
+                         b"\xc0" if tensors is None else _int(tensors),
+                         b"\xc0" if tensor_bytes is None else _int(tensor_bytes)))
 
 
 def worker_sample(source: str, worker_id: int, pid: int, fetch_ns: int, cpu_ns: int,

@@ -275,7 +275,9 @@ def test_the_worker_writes_a_sample_as_msgspec_does(source, worker_id, pid, fetc
                                                       tensors, tensor_bytes):
     fields = (source, worker_id, pid, fetch, cpu, dropped, collate, done, generation, seq, ended,
               tensors, tensor_bytes)
-    assert sample_codec.worker_sample(*fields) == wire.encode_sample(wire.WorkerSample(*fields))
+    expected = wire.encode_sample(wire.WorkerSample(*fields))
+    assert sample_codec.worker_sample(*fields) == expected
+    assert sample_codec.SampleWriter(*fields[:3]).sample(*fields[3:]) == expected
 
 
 @settings(max_examples=200, suppress_health_check=[HealthCheck.too_slow])
