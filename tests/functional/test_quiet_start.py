@@ -123,6 +123,8 @@ def test_what_only_a_viewer_needs_is_loaded_when_one_subscribes(lt_dir):
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+        proc.stdout.close()
+        proc.stderr.close()
 
 
 FORK_DURING_LOADING = textwrap.dedent("""

@@ -275,9 +275,8 @@ def test_the_worker_writes_a_sample_as_msgspec_does(source, worker_id, pid, fetc
                                                       tensors, tensor_bytes):
     fields = (source, worker_id, pid, fetch, cpu, dropped, collate, done, generation, seq, ended,
               tensors, tensor_bytes)
-    expected = wire.encode_sample(wire.WorkerSample(*fields))
-    assert sample_codec.worker_sample(*fields) == expected
-    assert sample_codec.SampleWriter(*fields[:3]).sample(*fields[3:]) == expected
+    assert sample_codec.SampleWriter(*fields[:3]).sample(*fields[3:]) == \
+        wire.encode_sample(wire.WorkerSample(*fields))
 
 
 @settings(max_examples=200, suppress_health_check=[HealthCheck.too_slow])
@@ -290,11 +289,11 @@ def test_the_worker_writes_a_start_as_msgspec_does(source, worker_id, pid, diges
 
 
 def test_what_the_worker_writes_decodes_and_the_schema_still_judges_it():
-    ok = sample_codec.worker_sample("h:1:train", 1, 4242, 10_000, 9_000, 0, 500, 123456789, 0, 7,
-                                    False, 3, 4096)
+    ok = sample_codec.SampleWriter("h:1:train", 1, 4242).sample(10_000, 9_000, 0, 500, 123456789,
+                                                                0, 7, False, 3, 4096)
     assert wire.decode_sample(ok) == wire.WorkerSample("h:1:train", 1, 4242, 10_000, 9_000, 0,
                                                        500, 123456789, 0, 7, False, 3, 4096)
     with pytest.raises(wire.WireError):  # a negative count: written, then refused on decoding
-        wire.decode_sample(sample_codec.worker_sample("h:1:train", 0, 1, -5, 0))
+        wire.decode_sample(sample_codec.SampleWriter("h:1:train", 0, 1).sample(-5, 0))
     assert sample_codec.MAX_FRAMES == wire.MAX_FRAMES
     assert (sample_codec.SAMPLE_TAG, sample_codec.START_TAG) == ("wsample", "wstart")
