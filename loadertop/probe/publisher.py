@@ -532,12 +532,11 @@ class Publisher:
             try:
                 import psutil
 
-                from loadertop.probe import record, resources
+                from loadertop.probe import resources
                 from loadertop.probe.system_feed import SystemFeed
             except Exception:  # pragma: no cover - hard dependencies
                 return
-            record.use_psutil(psutil)
-            resources.use_psutil(psutil)
+            resources.use_psutil(psutil)  # record.py's worker figures read it there too
             try:
                 self._system = SystemFeed(self.host)
                 self._system.report()

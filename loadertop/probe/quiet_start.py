@@ -6,7 +6,7 @@ the oldest generation since the last one exceed a quarter of what it held then
 (`long_lived_pending > long_lived_total / 4`). The probe's start moves several thousand objects
 there: psutil, msgspec, pyzmq, the schema, the publisher (~5,900 more objects tracked at the end
 of a run here). A program that was fewer than that short of its next full collection makes it at
-its first loader, with torch's ~170k objects: 55-75 ms here, on the training loop's thread. And
+its first loader, with torch's ~170k objects: 53-74 ms here, on the training loop's thread. And
 a program that would have made none before exiting (a short script, a test, an evaluation pass)
 pays all of it: measured with tests/benchmarks/short_loaders.py, whose plain run makes two full
 collections, both inside `import torch`. With 2,000 tracked objects more it made none, with

@@ -17,7 +17,7 @@ import weakref
 from collections import deque
 
 from loadertop import wire
-from loadertop.probe import stacks, torch_internals
+from loadertop.probe import resources, stacks, torch_internals
 
 EVENTS_MAXLEN = 1 << 16  # ~65k batches between drains (>= 4 Hz) before the oldest are lost
 LOOP_CPU_SAMPLE_NS = 10_000_000  # num_workers=0: measure the loop's fetch CPU every >= 10 ms
@@ -617,7 +617,7 @@ class LoaderRecord:
     def sample_workers(self) -> None:
         """Liveness, CPU % and RSS of the current iterator's workers (~1 Hz); CPU and RSS only
         once a viewer has subscribed (psutil: see publisher._loading)."""
-        psutil = _psutil_module
+        psutil = resources.psutil
         it = self.iterator
         if it is not None:
             self._worker_procs = torch_internals.worker_pids(it)
@@ -821,15 +821,6 @@ class LoaderRecord:
                            batches_total=self.batches_total, error=self.error)
         self.seq += 1
         return msg
-
-
-_psutil_module = None  # set by use_psutil() when a viewer first subscribes
-
-
-def use_psutil(module) -> None:
-    """From then on, sample_workers() reads the workers' CPU and RSS with psutil (`module`)."""
-    global _psutil_module
-    _psutil_module = module
 
 
 def _thread_cpu_clock() -> int | None:

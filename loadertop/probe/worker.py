@@ -66,7 +66,7 @@ class _Sender:
         self.lock = _thread.allocate_lock()
         self.dropped = 0
         self._flags = 0
-        self._writer: sample_codec.SampleWriter | None = None  # made with the first message
+        self._writer = sample_codec.SampleWriter(source, worker_id, self.pid)
 
     def send(self, fetch_ns: int, cpu_ns: int, collate_ns: int = 0, done_ns: int = 0,
              generation: int = 0, seq: int = 0, ended: bool = False,
@@ -103,11 +103,7 @@ class _Sender:
         if kind == "start":
             return sample_codec.worker_start(self.source, self.worker_id, self.pid,
                                              rng.digest(payload))
-        writer = self._writer
-        if writer is None:
-            writer = self._writer = sample_codec.SampleWriter(self.source, self.worker_id,
-                                                              self.pid)
-        return writer.sample(payload[0], payload[1], self.dropped, *payload[2:])
+        return self._writer.sample(payload[0], payload[1], self.dropped, *payload[2:])
 
     def _send_now(self, kind: str, payload, sock=None) -> None:
         if self.pid != os.getpid():  # a process forked from this worker: not its socket
