@@ -172,6 +172,10 @@ FETCH_ROSE_FACTOR = 1.3
 QUEUE_GAIN_SHARE = 0.25
 # The training process using this much CPU (in cores) is named as what limits the workers' CPU.
 MAIN_BUSY_CORES = 0.5
+# The CPU's cap on throughput within this of the rate a worker count is predicted to give: the
+# CPU is (nearly) the limit too, so the advice shows the budget it rests on. Measured readings
+# move by several percent, so a cap just above the prediction may be the limit in fact.
+CPU_NEAR_CAP = 0.15
 # Disk reads at this share of the highest rate seen in the run: the disk may be at its limit.
 DISK_NEAR_PEAK_SHARE = 0.8
 # Many small batches: each costs ~0.5-0.8 ms to receive in the main process (FIELD-NOTES), so from
@@ -1230,6 +1234,13 @@ class _WorkerPlan:
     step_ms: float
     limit: int | None
     budget: _CpuBudget | None
+    cpu_max: float | None = None  # the most batches/s the CPU budget allows (None: not known)
+
+    def cpu_near(self) -> bool:
+        """The CPU limits the prediction, or its cap is within CPU_NEAR_CAP of it."""
+        if self.bound == "cpu":
+            return True
+        return self.cpu_max is not None and self.cpu_max <= (1.0 + CPU_NEAR_CAP) * self.predicted
 
     def rate_text(self, rate_now: float | None) -> str:
         now = f", now {_fmt(rate_now)}" if rate_now is not None else ""
@@ -1278,9 +1289,10 @@ def _worker_plan(facts: _Facts) -> _WorkerPlan | None:
     if count <= now or rate < (1.0 + WORKER_GAIN_MIN) * predicted_now:
         return _WorkerPlan(count=None, now=now, predicted=predicted_now, predicted_now=predicted_now,
                            bound=predicted(now + 1)[1] if now else bound_now, fetch_ms=fetch,
-                           step_ms=step, limit=limit, budget=budget)
+                           step_ms=step, limit=limit, budget=budget, cpu_max=cpu_max)
     return _WorkerPlan(count=count, now=now, predicted=rate, predicted_now=predicted_now,
-                       bound=bound, fetch_ms=fetch, step_ms=step, limit=limit, budget=budget)
+                       bound=bound, fetch_ms=fetch, step_ms=step, limit=limit, budget=budget,
+                       cpu_max=cpu_max)
 
 
 @dataclass(frozen=True)
@@ -1402,7 +1414,7 @@ def _worker_count_advice(facts: _Facts, kind: str) -> list[str]:
         if kind == "io":
             lead += f", if the storage serves {count} read{'' if count == 1 else 's'} at once"
         reason = [plan.basis()]
-        if budget is not None and (plan.bound == "cpu" or budget.main_cores >= MAIN_BUSY_CORES):
+        if budget is not None and (plan.cpu_near() or budget.main_cores >= MAIN_BUSY_CORES):
             reason.append(budget.text())
         if plan.limit is not None and count == plan.limit and plan.bound == "workers":
             reason.append(f"at most {IO_WORKERS_PER_CORE_MAX} per core on "

@@ -1,8 +1,9 @@
 """`instrument(loader)`: a transparent DataLoader wrapper whose iterator times every `next()`.
 
-The hot path (`_InstrumentedIterator.__next__`) is two clock reads and two deque appends;
-everything else happens on the publisher thread. Batches, order and exceptions are
-the wrapped iterator's own: we never touch the batch, and an exception is re-raised as is.
+The hot path (the iterator's next()) is two clock reads and two deque appends, in C where
+`_hotpath` is built (`_PyStamper` otherwise); everything else happens on the publisher thread.
+Batches, order and exceptions are the wrapped iterator's own: we never touch the batch, and an
+exception is re-raised as is.
 """
 
 from __future__ import annotations
@@ -16,6 +17,11 @@ from loadertop.probe.publisher import get_publisher, warn_once
 from loadertop.probe.record import LOOP_CPU_SAMPLE_NS, LoaderRecord
 from loadertop.probe.worker import WorkerHook
 
+try:  # the C hot path: built by setup.py on Linux; optional, so an install without a compiler
+    from loadertop.probe import _hotpath  # works, on the pure-Python one
+except ImportError:  # pragma: no cover - CI fails where it is missing (test_hotpath)
+    _hotpath = None
+
 _clock = time.perf_counter_ns
 _thread_cpu = time.thread_time_ns
 
@@ -24,42 +30,119 @@ _thread_cpu = time.thread_time_ns
 _inside = threading.local()
 
 
-class _InstrumentedIterator:
-    """The hot path. Per batch: two clock reads and two appends to a bounded deque — `t0` when the
-    loop enters next(), `-t1` when it leaves with a batch, `0` when it leaves by an exception
-    (StopIteration included). The publisher thread pairs them; a trailing `t0` without its exit
-    means the loop is blocked in next() right now, and since when. Signed stamps keep the pairing
-    unambiguous even when the bounded deque overflows and drops single entries."""
+class _PyStamper:
+    """The hot path in pure Python, where the C one (`_hotpath.Stamper`) is not built. Per batch:
+    two clock reads and two appends to a bounded deque — `t0` when the loop enters next(), `-t1`
+    when it leaves with a batch, `0` when it leaves by an exception (StopIteration included). The
+    publisher thread pairs them; a trailing `t0` without its exit means the loop is blocked in
+    next() right now, and since when. Signed stamps keep the pairing unambiguous even when the
+    bounded deque overflows and drops single entries. With `sampling`, a batch entered at or
+    after `next_sample` goes to the subclass's `_sampled_next(t0)` instead."""
 
-    __slots__ = ("_inner", "_next", "_rec", "_append")
+    __slots__ = ("_next", "_append", "_on_error", "next_sample")
 
-    def __init__(self, inner, record: LoaderRecord) -> None:
-        self._inner = inner
-        self._next = _unmeasured_next(inner)
-        self._rec = record
-        self._append = record.events.append
+    def __init__(self, next, append, on_error, sampling: bool = False) -> None:
+        self._next = next
+        self._append = append
+        self._on_error = on_error
+        self.next_sample = 0 if sampling else _NEVER
 
     def __iter__(self):
         return self
 
     def __next__(self):
         append = self._append
-        append(_clock())
+        t0 = _clock()
+        append(t0)
+        if t0 >= self.next_sample:
+            return self._sampled_next(t0)
         try:
             batch = self._next()
         except BaseException as exc:
             append(0)
             if not isinstance(exc, StopIteration):  # not per batch: once, as the loop ends
-                self._rec.note_error(exc)
+                self._on_error(exc)
             raise  # the same exception object, StopIteration included
         append(-_clock())
         return batch
 
-    def __len__(self):
-        return len(self._inner)
+    def _sampled_next(self, t0: int):  # pragma: no cover - only sampling subclasses sample
+        raise NotImplementedError
 
-    def __getattr__(self, name):
-        return getattr(self._inner, name)
+
+_NEVER = 1 << 62  # a next_sample no perf_counter_ns reaches (~146 years)
+
+
+def _iterator_classes(stamper: type) -> tuple[type, type]:
+    """The iterators `instrumented_iter` returns, on the given hot path (C or pure Python): the
+    multi-worker one and the num_workers=0 one. Both exist side by side so that tests and the
+    benchmark compare the two in one process."""
+
+    class _InstrumentedIterator(stamper):
+        """The loop's iterator: the wrapped one's batches, order and exceptions, each next()
+        stamped (the hot path is the base class's)."""
+
+        __slots__ = ("_inner", "_rec")
+        SAMPLING = False
+
+        def __init__(self, inner, record: LoaderRecord) -> None:
+            self._inner = inner
+            self._rec = record
+            super().__init__(_unmeasured_next(inner), record.events.append, record.note_error,
+                             self.SAMPLING)
+
+        def __len__(self):
+            return len(self._inner)
+
+        def __getattr__(self, name):
+            return getattr(self._inner, name)
+
+    class _SingleProcessIterator(_InstrumentedIterator):
+        """num_workers=0: the loop itself fetches, so at most once per LOOP_CPU_SAMPLE_NS one batch
+        is measured in detail — its fetch CPU time (a thread CPU-clock read is a syscall, ~0.8 µs
+        here) and its stages: for that one batch `_StageProbe` stands in for the iterator's
+        fetcher. Every other batch takes the plain hot path."""
+
+        __slots__ = ()
+        SAMPLING = True
+
+        def _sampled_next(self, t0: int):
+            inner = self._inner
+            fetcher = getattr(inner, "_dataset_fetcher", None)
+            probe = _StageProbe(fetcher) if hasattr(fetcher, "collate_fn") else None
+            if probe is not None:
+                inner._dataset_fetcher = probe
+            c0 = _thread_cpu()
+            try:
+                batch = self._next()
+            except BaseException as exc:
+                self._append(0)
+                if not isinstance(exc, StopIteration):
+                    self._rec.note_error(exc)
+                raise
+            finally:
+                if probe is not None:
+                    inner._dataset_fetcher = fetcher
+            c1 = _thread_cpu()
+            t1 = _clock()
+            self._append(-t1)
+            fetch = collate = produced = None
+            if probe is not None and probe.fetch_end:
+                collate = probe.collate_ns
+                fetch = probe.fetch_end - probe.fetch_start - collate
+                produced = probe.fetch_end - t0
+            self._rec.loop_samples.append((t1 - t0, c1 - c0, fetch, collate, produced))
+            self.next_sample = t1 + LOOP_CPU_SAMPLE_NS
+            return batch
+
+    return _InstrumentedIterator, _SingleProcessIterator
+
+
+PY_ITERATORS = _iterator_classes(_PyStamper)
+C_ITERATORS = _iterator_classes(_hotpath.Stamper) if _hotpath is not None else None
+# The C hot path where it is built (setup.py: Linux), else the pure-Python one.
+HOT_PATH = "c" if C_ITERATORS is not None else "python"
+_InstrumentedIterator, _SingleProcessIterator = C_ITERATORS or PY_ITERATORS
 
 
 def _unmeasured_next(inner):
@@ -70,89 +153,34 @@ def _unmeasured_next(inner):
     return types.MethodType(original, inner) if original is not None else bound
 
 
-class _SingleProcessIterator(_InstrumentedIterator):
-    """num_workers=0: the loop itself fetches, so at most once per LOOP_CPU_SAMPLE_NS one batch is
-    measured in detail — its fetch CPU time (a thread CPU-clock read is a syscall, ~0.8 µs here)
-    and its stages: for that one batch `_StageProbe` stands in for the fetcher's `fetch` and
-    `collate_fn` attributes. Every other batch takes the plain hot path."""
-
-    __slots__ = ("_next_cpu_sample",)
-
-    def __init__(self, inner, record: LoaderRecord) -> None:
-        super().__init__(inner, record)
-        self._next_cpu_sample = 0
-
-    def __next__(self):
-        append = self._append
-        t0 = _clock()
-        append(t0)
-        if t0 >= self._next_cpu_sample:
-            return self._sampled_next(t0)
-        try:
-            batch = self._next()
-        except BaseException as exc:
-            append(0)
-            if not isinstance(exc, StopIteration):
-                self._rec.note_error(exc)
-            raise
-        append(-_clock())
-        return batch
-
-    def _sampled_next(self, t0: int):
-        probe = _StageProbe.install(self._inner)
-        c0 = _thread_cpu()
-        try:
-            batch = self._next()
-        except BaseException as exc:
-            self._append(0)
-            if not isinstance(exc, StopIteration):
-                self._rec.note_error(exc)
-            raise
-        finally:
-            if probe is not None:
-                probe.remove()
-        c1 = _thread_cpu()
-        t1 = _clock()
-        self._append(-t1)
-        fetch = collate = produced = None
-        if probe is not None and probe.fetch_end:
-            collate = probe.collate_ns
-            fetch = probe.fetch_end - probe.fetch_start - collate
-            produced = probe.fetch_end - t0
-        self._rec.loop_samples.append((t1 - t0, c1 - c0, fetch, collate, produced))
-        self._next_cpu_sample = t1 + LOOP_CPU_SAMPLE_NS
-        return batch
-
-
 class _StageProbe:
-    """Times one batch of a single-process iterator stage by stage.
+    """Stands in for a single-process iterator's fetcher for one batch, timing it stage by stage.
 
     torch 2.13 `_SingleProcessDataLoaderIter._next_data` calls `self._dataset_fetcher.fetch(index)`,
-    which calls `self.collate_fn(data)`; both are looked up on the fetcher (torch's own object,
-    made per iterator) at each call, so instance attributes set here take effect for this batch
-    and are removed right after. The user's `collate_fn` runs once, its result and exceptions
-    pass through untouched.
+    and the fetcher's `fetch` calls `self.collate_fn(data)`. For the sampled batch the iterator's
+    `_dataset_fetcher` is this probe, and the fetcher's `collate_fn` is `collate` here; both are
+    put back right after. Only the values of attributes those objects already have are replaced:
+    adding a `fetch` attribute to the fetcher instead (this probe's first form) left the fetcher's
+    attribute dict changed after it was popped again, and every later batch of that iterator
+    paid for it (~500 ns a batch through TensorDataset, batch_size=1, CPython 3.11). The fetcher's
+    own `fetch` and the user's `collate_fn` each run once; results and exceptions pass through.
     """
 
     __slots__ = ("fetcher", "collate_fn", "fetch_start", "fetch_end", "collate_ns")
-
-    @classmethod
-    def install(cls, iterator) -> _StageProbe | None:
-        fetcher = getattr(iterator, "_dataset_fetcher", None)
-        if fetcher is None or not hasattr(fetcher, "collate_fn") or "fetch" in vars(fetcher):
-            return None
-        return cls(fetcher)
 
     def __init__(self, fetcher) -> None:
         self.fetcher = fetcher
         self.collate_fn = fetcher.collate_fn
         self.fetch_start = self.fetch_end = self.collate_ns = 0
-        fetcher.fetch = self.fetch
-        fetcher.collate_fn = self.collate
 
     def fetch(self, possibly_batched_index):
+        fetcher = self.fetcher
+        fetcher.collate_fn = self.collate
         self.fetch_start = _clock()
-        data = type(self.fetcher).fetch(self.fetcher, possibly_batched_index)
+        try:
+            data = fetcher.fetch(possibly_batched_index)
+        finally:
+            fetcher.collate_fn = self.collate_fn
         self.fetch_end = _clock()
         return data
 
@@ -162,13 +190,13 @@ class _StageProbe:
         self.collate_ns = _clock() - k0
         return batch
 
-    def remove(self) -> None:
-        fetcher = self.fetcher
-        fetcher.__dict__.pop("fetch", None)
-        fetcher.collate_fn = self.collate_fn
+    def __getattr__(self, name):
+        # anything else torch (or a subclass of its iterator) reads of the fetcher meanwhile
+        return getattr(self.fetcher, name)
 
 
-def instrumented_iter(loader, record: LoaderRecord, endpoint: str | None, original_iter=iter):
+def instrumented_iter(loader, record: LoaderRecord, endpoint: str | None, original_iter=iter,
+                      iterators: tuple[type, type] | None = None):
     """Create the loader's iterator with our worker hook chained, and wrap it.
 
     `original_iter(loader)` creates the iterator: `iter` here, the unpatched `DataLoader.__iter__`
@@ -177,6 +205,9 @@ def instrumented_iter(loader, record: LoaderRecord, endpoint: str | None, origin
     `worker_init_fn` is read by torch when the iterator is created, so we set it just for that
     call and restore it at once: the user's loader object is left as it was, and frameworks that
     set their own worker_init_fn before iterating (Lightning's worker seeding) still run theirs.
+
+    `iterators`: (multi-worker, num_workers=0) classes of `_iterator_classes`; by default those of
+    HOT_PATH (tests and the benchmark pass PY_ITERATORS to run the pure-Python one).
     """
     num_workers = getattr(loader, "num_workers", 0) or 0
     hooked = num_workers > 0 and hasattr(loader, "worker_init_fn")
@@ -192,8 +223,8 @@ def instrumented_iter(loader, record: LoaderRecord, endpoint: str | None, origin
         if hooked:
             loader.worker_init_fn = original
     record.attach(inner, started)
-    cls = _SingleProcessIterator if num_workers == 0 else _InstrumentedIterator
-    return cls(inner, record)
+    multi, single = iterators or (_InstrumentedIterator, _SingleProcessIterator)
+    return (single if num_workers == 0 else multi)(inner, record)
 
 
 class InstrumentedDataLoader:

@@ -15,8 +15,10 @@ this machine cannot tell it from nothing.
    iterator on a record the publisher does not know (the hot path alone, never drained), and
    `loadertop.instrument` (the same, drained by the publisher thread). The last two differ by
    the publisher thread's share (its drains hold the GIL); goal: <= 1500 ns added per batch.
+   Where the C hot path is built (loader.HOT_PATH == "c"), `instrument` on the pure-Python one
+   too: what a user on an install without it pays.
 2. micro: the iterator wrappers alone around a Python iterator shaped like torch's (no
-   DataLoader noise), ns added per next().
+   DataLoader noise), ns added per next(); both hot paths where the C one is built.
 3. frozen: the instrumented loop without a viewer (twice: A/A) and with a real subscriber
    process frozen by SIGSTOP (its socket buffers fill, the publisher must drop, never block);
    throughput ratio, goal >= 0.99. A control variant starts the same viewer, lets it subscribe,
@@ -167,7 +169,7 @@ class _Wrapped:
 
 
 def hot_path(batches: int, rounds: int) -> None:
-    from loadertop.probe.loader import instrumented_iter
+    from loadertop.probe.loader import HOT_PATH, PY_ITERATORS, instrumented_iter
     from loadertop.probe.record import LoaderRecord
 
     data = TensorDataset(torch.arange(batches))
@@ -189,11 +191,16 @@ def hot_path(batches: int, rounds: int) -> None:
             dl, undrained, None)),
         "instrument()": loadertop.instrument(fresh(), name="bench"),
     }
+    if HOT_PATH == "c":  # the fallback where the C hot path is not built, registered and drained
+        py_loader = loadertop.instrument(fresh(), name="bench-py")  # kept: its record lives on
+        variants["instrument(), pure-Python hot path"] = _Wrapped(
+            py_loader._lt_loader, lambda dl, keep=py_loader: instrumented_iter(
+                dl, keep._lt_record, None, iterators=PY_ITERATORS))
     for loader in variants.values():
         ns_per_batch(loader)  # warm up
     ns = shuffled_rounds(variants, rounds, 0, lambda _, loader: ns_per_batch(loader))
-    print(f"1. hot path: TensorDataset, batch_size=1, num_workers=0, {batches} batches x "
-          f"{rounds} rounds, shuffled (ns per batch):")
+    print(f"1. hot path ({HOT_PATH}): TensorDataset, batch_size=1, num_workers=0, {batches} "
+          f"batches x {rounds} rounds, shuffled (ns per batch):")
     table(ns, " ns")
     aa = ("plain", "plain again")
     print("  added per batch (goal: instrument() <= 1500 ns):")
@@ -231,7 +238,12 @@ def wrapper_only(calls: int, rounds: int) -> None:
     """ns added per next() by each wrapper around an iterator shaped like the DataLoader's own.
     The record is registered (the publisher drains it, as in real use); no drain here: a second
     drainer on another thread races the publisher's (seen: IndexError, pop from an empty deque)."""
-    from loadertop.probe.loader import _InstrumentedIterator, _SingleProcessIterator
+    from loadertop.probe.loader import (
+        HOT_PATH,
+        PY_ITERATORS,
+        _InstrumentedIterator,
+        _SingleProcessIterator,
+    )
 
     record = loadertop.instrument(DataLoader(TensorDataset(torch.arange(2))), name="micro")._lt_record
 
@@ -248,8 +260,12 @@ def wrapper_only(calls: int, rounds: int) -> None:
                                                                         record),
                 "num_workers=0 iterator": lambda: _SingleProcessIterator(_PythonIterator(calls),
                                                                          record)}
+    if HOT_PATH == "c":
+        py_multi, py_single = PY_ITERATORS
+        variants["num_workers>0, pure Python"] = lambda: py_multi(_PythonIterator(calls), record)
+        variants["num_workers=0, pure Python"] = lambda: py_single(_PythonIterator(calls), record)
     ns = shuffled_rounds(variants, rounds, 1, per_call)
-    print(f"2. the wrappers alone, {calls} next() x {rounds} rounds (ns per next()):")
+    print(f"2. the wrappers alone ({HOT_PATH}), {calls} next() x {rounds} rounds (ns per next()):")
     table(ns, " ns", digits=1)
     for name in list(variants)[2:]:
         print(f"    {name + ' - bare':<44} "

@@ -868,6 +868,23 @@ def test_the_cpu_bound_job_on_two_cores_is_advised_its_second_worker():
     assert d.advised_num_workers(cpu_job(), make_system(**TWO_CORES)) == 2
 
 
+def test_a_cpu_cap_just_above_the_workers_prediction_is_still_quoted():
+    # Seen in CI: the same job with a 50 ms fetch at 0.96 of a core and a training process at
+    # 0.02 of a core. Two workers are predicted 40 batches/s, the CPU allows ~41: the workers
+    # bound the prediction, but the CPU is nearly the limit too, so the budget is shown.
+    calm = make_system(cpu_count=2, cores_available=2.0, cpu_percent=49.0)  # no other process
+    v = diagnose(cpu_job(fetch=50.0, fraction=0.96, process_cores=0.02), calm)
+    assert v.advice[0] == ("try num_workers=2: up to ~40 batches/s, now 20 (fetch 50 ms a batch "
+                           "per worker, step 3.0 ms; CPU for workers: 2 cores − 0.02 the training "
+                           "process = 2 cores)")
+    # a 30 ms step on 16 cores: the step bounds the prediction, far below the CPU's cap, so the
+    # budget is not what the count rests on and is not quoted
+    wide = make_system(cpu_count=16, cores_available=16.0, cpu_percent=7.0)
+    v = diagnose(cpu_job(fetch=50.0, fraction=0.96, step=30.0, process_cores=0.02), wide)
+    assert v.advice[0].startswith("try num_workers=")
+    assert "CPU for workers" not in v.advice[0]
+
+
 def test_at_two_workers_the_same_job_is_told_more_will_not_help():
     # after following the advice: two workers at a core each fill the 2 cores
     src = cpu_job(2, fetch=50.0, fraction=0.96, rate=38.2, process_cores=0.1)

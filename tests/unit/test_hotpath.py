@@ -1,0 +1,194 @@
+"""The hot path, C (`loadertop.probe._hotpath.Stamper`) and pure Python (`loader._PyStamper`):
+the same stamps, batches and exceptions from both (issue 9: the C one is the cheaper hot path)."""
+
+from __future__ import annotations
+
+import collections
+import gc
+import os
+import sys
+import time
+import types
+
+import pytest
+
+from loadertop.probe import loader
+
+STAMPERS = {"python": loader._PyStamper}
+if loader._hotpath is not None:
+    STAMPERS["c"] = loader._hotpath.Stamper
+
+
+def test_ci_builds_the_c_hot_path():
+    # setup.py builds it on Linux; it is optional so that an install without a compiler works,
+    # which must not hide a broken build where the tests run
+    if sys.platform.startswith("linux") and os.environ.get("LOADERTOP_CI"):
+        assert loader.HOT_PATH == "c" and loader._InstrumentedIterator.__mro__[1] is \
+            loader._hotpath.Stamper
+    if loader._hotpath is None:
+        pytest.skip("the C hot path is not built here")
+
+
+class Inner:
+    """An iterator like torch's: a Python __next__, batches that are fresh objects, then an end
+    or an exception of the test's choosing."""
+
+    def __init__(self, n: int, end: BaseException | None = None) -> None:
+        self.n, self.i, self.end = n, 0, end
+        self.given: list[object] = []
+
+    def __next__(self):
+        if self.i >= self.n:
+            raise self.end if self.end is not None else StopIteration
+        self.i += 1
+        batch = object()
+        self.given.append(batch)
+        return batch
+
+
+def _stamper(kind: str, inner: Inner, events: collections.deque, errors: list, sampling=False):
+    return STAMPERS[kind](inner.__next__, events.append, errors.append, sampling)
+
+
+@pytest.fixture(params=sorted(STAMPERS))
+def kind(request) -> str:
+    return request.param
+
+
+def test_batches_are_the_inner_ones_and_each_is_stamped_in_and_out(kind):
+    inner, events, errors = Inner(3), collections.deque(), []
+    before = time.perf_counter_ns()
+    got = list(_stamper(kind, inner, events, errors))
+    after = time.perf_counter_ns()
+    assert len(got) == 3 and all(a is b for a, b in zip(got, inner.given))
+    stamps = list(events)
+    assert len(stamps) == 8 and stamps[-1] == 0  # t0, -t1 per batch; t0, 0 for the end
+    entries, exits = stamps[0::2], stamps[1::2]
+    # the clock is perf_counter_ns's (stamps are compared with the workers' and the publisher's)
+    assert all(before <= t <= after for t in entries)
+    assert all(before <= -t <= after for t in exits[:-1])
+    times = [abs(t) for t in stamps[:-1]]
+    assert times == sorted(times)
+    assert errors == []  # StopIteration is the end, not an error
+
+
+def test_an_exception_is_the_same_object_noted_once_and_stamped_zero(kind):
+    boom = KeyError("shard 7")
+    inner, events, errors = Inner(1, end=boom), collections.deque(), []
+    it = _stamper(kind, inner, events, errors)
+    assert next(it) is inner.given[0]
+    with pytest.raises(KeyError) as caught:
+        next(it)
+    assert caught.value is boom and errors == [boom]
+    assert list(events)[-1] == 0 and list(events)[-2] > 0
+    # the traceback still leads to where the loader raised
+    assert caught.traceback[-1].name == "__next__" and "Inner" in repr(caught.traceback[-1].locals)
+
+
+def test_a_stop_iteration_raised_by_the_loader_is_passed_on_untouched(kind):
+    stop = StopIteration("epoch over")
+    inner, events, errors = Inner(0, end=stop), collections.deque(), []
+    it = _stamper(kind, inner, events, errors)
+    with pytest.raises(StopIteration) as caught:
+        next(it)
+    assert caught.value is stop and errors == [] and list(events)[-1] == 0
+
+
+def test_keyboard_interrupt_inside_next_passes_through(kind):
+    inner, events, errors = Inner(0, end=KeyboardInterrupt()), collections.deque(), []
+    with pytest.raises(KeyboardInterrupt):
+        next(_stamper(kind, inner, events, errors))
+    assert len(errors) == 1 and isinstance(errors[0], KeyboardInterrupt)
+
+
+def test_sampling_hands_batches_from_next_sample_on_to_sampled_next(kind):
+    base = STAMPERS[kind]
+
+    class Sampling(base):
+        __slots__ = ("sampled",)
+
+        def _sampled_next(self, t0):
+            self.sampled.append(t0)
+            batch = self._next()
+            self._append(-time.perf_counter_ns())
+            self.next_sample = 1 << 62
+            return batch
+
+    inner, events = Inner(3), collections.deque()
+    it = Sampling(inner.__next__, events.append, [].append, True)
+    it.sampled = []
+    assert it.next_sample == 0  # the first batch is a sampled one
+    got = list(it)
+    assert got == inner.given and len(it.sampled) == 1 and it.sampled[0] == events[0]
+    # without sampling the method is never called
+    plain = Sampling(Inner(2).__next__, collections.deque().append, [].append)
+    plain.sampled = []
+    assert len(list(plain)) == 2 and plain.sampled == []
+
+
+def test_the_num_workers_0_iterator_measures_a_sampled_batch(kind):
+    multi, single = loader.PY_ITERATORS if kind == "python" else loader.C_ITERATORS
+    record = types.SimpleNamespace(events=collections.deque(), note_error=[].append,
+                                   loop_samples=collections.deque())
+    inner = Inner(4)
+    it = single(inner, record)
+    got = list(it)
+    assert got == inner.given and len(record.loop_samples) == 1  # one per LOOP_CPU_SAMPLE_NS
+    wall, cpu, fetch, collate, produced = record.loop_samples[0]
+    assert wall > 0 and cpu >= 0 and fetch is None  # no torch fetcher: no stages
+    assert len(record.events) == 10 and it.next_sample > 0
+    assert it.n == 4  # attributes come from the wrapped iterator
+    assert type(multi(Inner(1), record)).__mro__[1] is STAMPERS[kind]
+
+
+@pytest.mark.skipif("c" not in STAMPERS, reason="the C hot path is not built here")
+def test_c_the_shims_own_failure_never_reaches_the_loop():
+    def broken_append(_stamp):
+        raise MemoryError("the deque could not grow")
+
+    def broken_note(_exc):
+        raise RuntimeError("noting failed")
+
+    inner = Inner(1, end=ValueError("bad item"))
+    it = loader._hotpath.Stamper(inner.__next__, broken_append, broken_note)
+    assert next(it) is inner.given[0]  # the batch comes, the shim's MemoryError is dropped
+    with pytest.raises(ValueError, match="bad item"):  # the loader's own, not the note's
+        next(it)
+
+
+@pytest.mark.skipif("c" not in STAMPERS, reason="the C hot path is not built here")
+def test_c_holds_no_references_it_does_not_own_and_frees_cycles():
+    inner = Inner(1000)
+    events = collections.deque(maxlen=16)
+    token = object()
+    base = sys.getrefcount(token)
+    it = loader._hotpath.Stamper(lambda: token, events.append, [].append)
+    for _ in range(1000):
+        assert next(it) is token
+    del it
+    assert sys.getrefcount(token) == base  # no leaked batch references
+    freed = []
+
+    class Holder:
+        def __call__(self, exc):
+            pass
+
+        def __del__(self):
+            freed.append(True)
+
+    holder = Holder()
+    cyclic = loader.C_ITERATORS[0](inner, types.SimpleNamespace(events=events, note_error=holder))
+    holder.it = cyclic  # a cycle through the C fields: only tp_traverse lets the GC see it
+    del holder, cyclic
+    gc.collect()
+    assert freed == [True]
+
+
+@pytest.mark.skipif("c" not in STAMPERS, reason="the C hot path is not built here")
+def test_c_before_init_says_so():
+    class Lazy(loader._hotpath.Stamper):
+        def __init__(self):
+            pass
+
+    with pytest.raises(RuntimeError, match="before __init__"):
+        next(Lazy())
