@@ -46,10 +46,10 @@ GROWTH_MIN_SHARE: Final = 0.1
 FD_USED_SHARE: Final = 0.8
 
 # --- threads_oversubscribed
-#: The threads a worker has of its own, measured with torch 2.13 and loadertop: 7 in a fork worker
-#: (torch's 3; ZeroMQ's 2, the stack watchdog's and faulthandler's), 8 in a spawn worker. The
-#: threads beyond these are a pool.
-WORKER_OWN_THREADS: Final = 8
+#: The threads a worker has of its own, measured with torch 2.13, the same with loadertop and
+#: without (it starts none in a worker: probe/worker.py): 3 in a fork worker once it has handed
+#: over batches, 4 in a spawn worker. The threads beyond these are a pool.
+WORKER_OWN_THREADS: Final = 4
 #: A pool: at least this many threads beyond a worker's own (OpenMP, MKL, OpenCV, a thread pool).
 POOL_MIN_THREADS: Final = 2
 #: The workers' computing threads (one each, plus their pools) at this many per core available.

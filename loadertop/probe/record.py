@@ -29,9 +29,10 @@ PAIR_GRACE_NS = 50_000_000
 PAIR_GIVE_UP_NS = 5_000_000_000  # a worker's stamp no receipt claimed (a broken-off epoch): dropped
 PAIR_MAX_PENDING = 1 << 16
 # Hang forensics: past this long inside one next() (the loop) or one batch (a worker), each
-# report carries the thread's stack, re-read at most once per STACK_REFRESH_NS.
+# report carries the thread's stack, taken again at most once per STACK_REFRESH_NS.
 STACK_AFTER_NS = int(stacks.STACK_AFTER_S * 1e9)
-STACK_REFRESH_NS = int(stacks.WATCHDOG_S * 1e9)  # a worker's file is rewritten this often
+STACK_REFRESH_NS = int(stacks.STACK_REFRESH_S * 1e9)  # the loop's; a worker's first re-ask
+STACK_ASK_MAX_GAP_NS = 8 * STACK_REFRESH_NS  # a worker still inside that batch: asked at most this rarely
 
 
 class EpochPairing:
@@ -182,7 +183,10 @@ class LoaderRecord:
         self._epoch_floor_ns = 0  # the current epoch's start: no batch of it began earlier
         self._busy_since: dict[int, int] = {}  # worker id -> inside a batch since (perf ns)
         self._idle_seen: dict[int, int] = {}  # worker id -> last seen with no work outstanding
-        self._worker_stacks: dict[int, tuple[int, wire.Stack | None]] = {}  # id -> (read at, stack)
+        # worker id -> [asked at (perf ns), busy since (Unix time), latest stack read]
+        self._worker_stacks: dict[int, list] = {}
+        self._stack_files: dict[int, str] = {}  # pid -> the stack file its start message announced
+        self.watched = False  # a viewer is subscribed (set by the publisher before each report)
         self._loop_stack: tuple[int, wire.Stack | None] | None = None
         self._rng: dict[int, tuple[int, dict[str, str]]] = {}  # pid -> (worker id, digests)
         # --- slow readings: set by the publisher every RESOURCE_S, sent with the next report ---
@@ -541,6 +545,15 @@ class LoaderRecord:
             self._rng = {pid: v for pid, v in self._rng.items() if pid in current}
         if len(self._rng) < wire.MAX_WORKERS:
             self._rng[start.pid] = (start.worker_id, dict(start.digests))
+        # Only a path of the two shapes the worker makes, for that very pid: nothing read from
+        # the socket names a file we would otherwise open.
+        if start.stack_file is not None and stacks.is_worker_stack_file(
+                start.stack_file, start.pid, self.stack_dir):
+            if len(self._stack_files) >= wire.MAX_WORKERS:
+                current = {pid for _, pid, _ in self._worker_procs}
+                self._stack_files = {p: f for p, f in self._stack_files.items() if p in current}
+            if len(self._stack_files) < wire.MAX_WORKERS:
+                self._stack_files[start.pid] = start.stack_file
 
     def _rng_report(self) -> tuple[int, list[wire.RngShare]]:
         """Of this epoch's workers, how many were read, and the states two or more share."""
@@ -587,18 +600,33 @@ class LoaderRecord:
         return max(0, now_ns - since) / 1e6
 
     def _worker_stack(self, wid: int, pid: int | None, now_ns: int) -> wire.Stack | None:
-        """A worker's stack while it has been inside one batch past STACK_AFTER_NS."""
+        """A worker's stack while it has been inside one batch past STACK_AFTER_NS.
+
+        Asked for with a signal (stacks.ask_worker_stack) only while a viewer is subscribed
+        (`watched`): then at once, and again after 1, 2, 4... up to STACK_ASK_MAX_GAP_NS, so a
+        batch that is merely slow is interrupted a few times, not every second. The dump is
+        written within the next report; the latest one is read at each report."""
         busy = self._busy_ms(wid, now_ns)
-        if busy is None or busy * 1e6 < STACK_AFTER_NS or pid is None or not self.stack_dir:
+        path = self._stack_files.get(pid) if pid is not None else None
+        if busy is None or busy * 1e6 < STACK_AFTER_NS or path is None:
             self._worker_stacks.pop(wid, None)
             return None
-        cached = self._worker_stacks.get(wid)
-        if cached is None or now_ns - cached[0] >= STACK_REFRESH_NS:
-            # Only a stack written during this batch: wall-clock start of the busy stretch.
-            stack = stacks.read_worker_stack(self.stack_dir, pid, time.time() - busy / 1e3 - 1.0)
-            stacks.trim_dump_file(os.path.join(self.stack_dir, f"{pid}.txt"))  # C dumps: rare
-            cached = self._worker_stacks[wid] = (now_ns, stack)
-        return cached[1]
+        entry = self._worker_stacks.get(wid)
+        if entry is None:
+            # [next ask (perf ns), gap, busy since (Unix time: only a dump of this batch), stack]
+            entry = self._worker_stacks[wid] = [now_ns, STACK_REFRESH_NS,
+                                                time.time() - busy / 1e3, None]
+        if self.watched and now_ns >= entry[0]:
+            status = self._worker_status.get(wid)
+            if status is not None and status[0] == pid and status[1]:  # alive at the last look
+                stacks.trim_dump_file(path)
+                stacks.ask_worker_stack(pid)
+            entry[0] = now_ns + entry[1]
+            entry[1] = min(2 * entry[1], STACK_ASK_MAX_GAP_NS)
+        stack = stacks.read_dump_file(path, entry[2])
+        if stack is not None:
+            entry[3] = stack
+        return entry[3]
 
     def _loop_stack_now(self, now_ns: int) -> wire.Stack | None:
         since = self.in_next_since
@@ -645,6 +673,7 @@ class LoaderRecord:
             status[wid] = (pid, alive, exitcode, cpu, rss)
         for pid in self._alive_pids - seen:
             self._psutil.pop(pid, None)
+            self._stack_files.pop(pid, None)
             if self.stack_dir:  # a worker gone: its stack files too
                 stacks.remove_worker_files(self.stack_dir, pid)
         self._alive_pids = seen

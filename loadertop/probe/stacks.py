@@ -1,18 +1,19 @@
-"""Python stacks for hang forensics, read without ptrace or signals to the user's processes.
+"""Python stacks for hang forensics, read without ptrace.
 
 * The training loop's thread: `sys._current_frames()` from the publisher thread. A loop blocked in
   next() waits on a lock or a queue with the GIL released, so this thread can read it.
-* A worker: its helper thread (`worker.WorkerWatchdog`, one per worker process) wakes once a second. When
-  the worker has been inside one batch past STACK_AFTER_S it writes the worker's main-thread stack
-  (`sys._current_frames()`, under the GIL: safe) to `<pid>.py.txt` in the private discovery
-  directory. Each wake-up also re-arms `faulthandler.dump_traceback_later(FAULT_AFTER_S)` (~41 µs
-  a second, FIELD-NOTES): CPython's C watchdog then writes every thread's stack to `<pid>.txt`
-  only if this thread could not run for FAULT_AFTER_S — the worker stuck in C code holding the
-  GIL. A C watchdog that dumps periodically instead (`repeat=True`) reads the frames of a running
-  thread without the GIL, and crashed about one worker in ten here (CPython 3.11, within seconds);
-  armed this way it fires only when no Python code has run for seconds, so the frames hold still.
-  The main process reads the newer of the two files, only while a worker has been inside one
-  batch for long.
+* A worker: no thread of ours runs there (see probe/worker.py: a thread in a forked worker costs
+  ~1 ms of CPU at every epoch start). Its hook registers CPython's faulthandler for STACK_SIGNAL
+  (SIGURG, ignored by default) with an anonymous memory file (read here as /proc/<pid>/fd/<fd>;
+  `<pid>.txt` in the private discovery directory where there is no memfd), and names it in its
+  start message. When torch's `_task_info` shows that worker inside one batch for
+  STACK_AFTER_S, the main process sends it STACK_SIGNAL (`ask_worker_stack`), again every
+  STACK_REFRESH_S while it stays there; the C handler writes the stack of the thread it
+  interrupts (the worker's main thread, torch's worker loop) even while it is stuck in C holding
+  the GIL, and the frames it reads hold still: it runs on that very thread. A watchdog that
+  dumped from another thread (`dump_traceback_later(repeat=True)`) read a *running* thread's
+  frames and crashed about one worker in ten here (CPython 3.11).
+  The main process reads the file's latest dump written since it asked.
 
 A frame is `"file:line in function"`, innermost last. `user_frame` marks the innermost frame of
 the user's own code: not the standard library, torch or loadertop (judged here, on the trainer's
@@ -29,8 +30,8 @@ import traceback
 
 from loadertop import wire
 
-# The worker's side (its watchdog) lives in probe/worker.py, which a worker imports alone.
-from loadertop.probe.worker import FAULT_AFTER_S, STACK_AFTER_S, WATCHDOG_S  # noqa: F401
+# The worker's side lives in probe/worker.py, which a worker imports alone.
+from loadertop.probe.worker import STACK_AFTER_S, STACK_REFRESH_S, STACK_SIGNAL  # noqa: F401
 
 STACK_FILE_MAX_BYTES = 64 * 1024  # a C dump file is truncated past this
 _TAIL_BYTES = 32 * 1024  # the latest dump is within this much of the file's end
@@ -85,16 +86,25 @@ _FRAME = re.compile(r'^  File "(.*)", line (\d+) in (.*)$')
 
 
 def parse_dump(text: str) -> list[tuple[str, int, str]] | None:
-    """The main thread's frames (innermost last) of the latest complete faulthandler dump.
+    """The frames (innermost last) of the latest complete faulthandler dump in `text`.
 
-    A dump starts with "Timeout (...)!" and lists threads newest first, so the main thread (the
-    first one made) comes last. The final dump in the file may still be being written: the one
-    before it is used when there is one.
+    A dump asked for with STACK_SIGNAL starts with "Stack (most recent call first):" and lists
+    the interrupted thread alone; one from `dump_traceback_later` ("Timeout (...)!") lists every
+    thread, newest first, so its main thread (the first one made) comes last. The final dump in
+    the file may still be being written: the one before it is used when there is one.
     """
-    dumps = text.split("Timeout (")[1:]
+    dumps = [d for d in re.split(r"^(?=Stack \(|Timeout \()", text, flags=re.M)
+             if d.startswith(("Stack (", "Timeout ("))]
     if not dumps:
         return None
-    dump = dumps[-2] if len(dumps) >= 2 else dumps[-1]
+    for dump in (dumps[-2], dumps[-1]) if len(dumps) >= 2 else (dumps[-1],):
+        frames = _main_thread_frames(dump)
+        if frames:
+            return frames
+    return None
+
+
+def _main_thread_frames(dump: str) -> list[tuple[str, int, str]] | None:
     blocks = dump.split("\nThread 0x")
     if len(blocks) < 2:
         blocks = dump.split("Thread 0x")
@@ -117,7 +127,7 @@ def read_dump_file(path: str, not_before: float = 0.0) -> wire.Stack | None:
     try:
         with open(path, "rb") as f:
             st = os.fstat(f.fileno())
-            if st.st_mtime < not_before:
+            if st.st_mtime < not_before or st.st_size == 0:
                 return None
             f.seek(max(0, st.st_size - _TAIL_BYTES))
             text = f.read().decode("utf-8", "replace")
@@ -127,12 +137,27 @@ def read_dump_file(path: str, not_before: float = 0.0) -> wire.Stack | None:
     return make_stack(frames, st.st_mtime) if frames else None
 
 
-def read_worker_stack(stack_dir: str, pid: int, not_before: float) -> wire.Stack | None:
-    """A worker's stack from its watchdog thread or, newer, from the C watchdog."""
-    found = [s for s in (read_dump_file(os.path.join(stack_dir, f"{pid}.py.txt"), not_before),
-                         read_dump_file(os.path.join(stack_dir, f"{pid}.txt"), not_before))
-             if s is not None]
-    return max(found, key=lambda s: s.taken_at) if found else None
+def worker_stack_file(stack_dir: str, pid: int) -> str:
+    """Where a worker's handler writes (probe/worker.py `arm_stack_dump`)."""
+    return os.path.join(stack_dir, f"{pid}.txt")
+
+
+def is_worker_stack_file(path: str, pid: int, stack_dir: str | None) -> bool:
+    """`path` is what `arm_stack_dump` makes for `pid`: its memfd, or its file in `stack_dir`."""
+    if re.fullmatch(rf"/proc/{pid}/fd/\d{{1,9}}", path):
+        return True
+    return bool(stack_dir) and path == worker_stack_file(stack_dir, pid)
+
+
+def ask_worker_stack(pid: int) -> bool:
+    """Send STACK_SIGNAL to a worker that announced its handler; False when it is gone. The
+    caller checks that `pid` is a live worker of its loader first; SIGURG does nothing to a
+    process that has no handler for it (a pid reused in between)."""
+    try:
+        os.kill(pid, STACK_SIGNAL)
+        return True
+    except OSError:
+        return False
 
 
 def trim_dump_file(path: str) -> None:
@@ -144,10 +169,8 @@ def trim_dump_file(path: str) -> None:
 
 
 def remove_worker_files(stack_dir: str, pid: int) -> None:
-    # .py.txt.tmp: a worker killed between writing its Python stack and renaming it leaves one
-    for name in (f"{pid}.txt", f"{pid}.py.txt", f"{pid}.py.txt.tmp"):
-        try:
-            os.unlink(os.path.join(stack_dir, name))
-        except OSError:
-            pass
+    try:
+        os.unlink(worker_stack_file(stack_dir, pid))
+    except OSError:
+        pass
 

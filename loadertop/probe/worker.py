@@ -11,16 +11,31 @@ moment it was produced (`perf_counter_ns`, CLOCK_MONOTONIC on Linux: comparable 
 process's stamps), named by (pid, fetcher generation, sequence) so the main process can pair it
 with the loop's receipt of the same batch.
 
-Nothing before a worker's first batch costs more than a few stamps: this module imports only the
-standard library (a spawned worker imports it to unpickle the hook), the messages are written
-without msgspec (probe/sample_codec.py), and the socket and the watchdog's loop wait for the
-helper thread (`_Sender`, `_Helper`).
+A worker gets no thread of ours. A second thread in a process forked from torch's (a large address
+space, shared copy-on-write) cost that child +1.26 and +1.28 ms of CPU here (60 and 120 shuffled
+rounds, tests/benchmarks/worker_start.py), though it only waited: its start and exit, and every
+later copy-on-write fault then also flushing the TLB of the CPU it ran on (an IPI: perf showed
+`smp_call_function_many_cond` and `do_wp_page` only in instrumented workers). faulthandler's
+`dump_traceback_later` starts such a thread too (its C watchdog): +0.94 to +1.22 ms. Every
+epoch start of a loader without persistent workers paid both, in every worker. So:
+- the socket is made and connected on the worker's own thread, in the hook, before the first
+  batch (`socket()` plus a non-blocking `connect()`, nothing waited for);
+- hang forensics are a signal handler, not a watchdog: the hook registers CPython's
+  `faulthandler.register(STACK_SIGNAL)` with a memfd (`arm_stack_dump`), and the main process,
+  which knows from torch's `_task_info` which worker has been inside one batch for
+  STACK_AFTER_S, sends that worker STACK_SIGNAL (probe/stacks.py); the C handler then writes the
+  interrupted thread's stack, even while it is stuck in C holding the GIL.
+
+Nothing here costs more than a few stamps before a worker's first batch: this module imports only
+the standard library (a spawned worker imports it to unpickle the hook), and the messages are
+written without msgspec (probe/sample_codec.py).
 """
 
 from __future__ import annotations
 
-import _thread
+import faulthandler  # here, in the parent: imported in a forked worker it cost ~0.56 ms, 19 µs here
 import os
+import signal
 import time
 
 # stdlib only (a forked worker has them from its parent; a spawned one imports just these)
@@ -29,30 +44,25 @@ from loadertop.probe import rng, sample_codec
 _perf_ns = time.perf_counter_ns
 _cpu_ns = time.process_time_ns  # all threads of the worker: a dataset may decode in a pool
 
-MAX_PENDING = 1000  # samples held until the socket is ready
+MAX_PENDING = 1000  # samples held while the socket cannot connect yet (a full listen backlog)
 SNDBUF_BYTES = 4 << 20  # asked for; Linux caps it at net.core.wmem_max (probe/inbox.py)
-CLOSE_WAIT_S = 1.0  # at a spawned worker's exit, the longest wait for the helper to stop
-CONNECT_TRY_S = 1.0  # a full backlog (thousands of workers starting at once) is retried this long
-FIRST_BATCH_WAIT_S = 1.0  # the helper starts after the first batch, or after this long
-STACK_AFTER_S = 2.0  # a worker inside one batch this long writes its stack (and then each second)
-WATCHDOG_S = 1.0  # the worker's watchdog (its helper thread) wakes this often
-FAULT_AFTER_S = 3.0  # ... and the C watchdog dumps if it has not been re-armed for this long
-STACK_AFTER_NS = int(STACK_AFTER_S * 1e9)
+CONNECT_RETRY_NS = 10_000_000  # a full backlog (thousands of workers starting at once): retried
+CONNECT_TRY_NS = 1_000_000_000  # at the next samples this often, for this long
+STACK_AFTER_S = 2.0  # a worker inside one batch this long is asked for its stack (record.py)
+STACK_REFRESH_S = 1.0  # then again after this, doubling
+# SIGURG: its default action is to ignore it, so a signal that reaches a process without our
+# handler (a worker that could not register it, a pid just reused) does nothing there; Python
+# programs do not use it (only sockets' out-of-band data, with F_SETOWN, raise it).
+STACK_SIGNAL = signal.SIGURG
 
 
 class _Sender:
-    """One socket per worker process (probe/inbox.py), made off the batch path.
+    """One socket per worker process (probe/inbox.py), used by the worker's own thread only.
 
-    The worker's first batch is on the training loop's critical path at every epoch start, and
-    a fresh worker process pays for everything it does before it: a started thread
-    (threading.Thread.start waits for the new thread to run: 0.5-3 ms in a busy worker), a
-    connect. So the worker's loop thread only takes stamps and appends tuples here; the helper
-    thread (`_Helper`, started with `_thread.start_new_thread`, which does not wait) connects
-    once the first batch is produced, sends what was held, and then hands the socket to the
-    loop's thread, which from then on sends each sample itself (one non-blocking send: the
-    handover is under `lock`, so the two threads never send at once). The messages are written
-    by probe/sample_codec.py: importing msgspec and the schema in a spawned worker took ~7 ms
-    on that thread, just as the first batch was being handed over.
+    Connected in the hook; where the main process's listen backlog is full (EAGAIN: thousands of
+    workers starting at once), samples are held (up to MAX_PENDING) and the connect is tried again
+    at later samples, every CONNECT_RETRY_NS for CONNECT_TRY_NS, never waiting. Every send is
+    non-blocking: a full socket, or a main process gone, drops the sample and counts it.
     """
 
     def __init__(self, endpoint: str, source: str, worker_id: int) -> None:
@@ -60,12 +70,13 @@ class _Sender:
         self.source = source
         self.worker_id = worker_id
         self.pid = os.getpid()
-        self.socket = None  # set once by the helper; then only the loop's thread uses it
+        self.socket = None
         self.failed = False  # no transport at all: everything is counted as dropped
-        self.pending: list = []  # ("sample", fields) / ("start", captured states), in order
-        self.lock = _thread.allocate_lock()
+        self.pending: list = []  # ("sample", fields) / ("start", digests), in order
         self.dropped = 0
         self._flags = 0
+        self._retry_at = 0
+        self._give_up_at = 0
         self._writer = sample_codec.SampleWriter(source, worker_id, self.pid)
 
     def send(self, fetch_ns: int, cpu_ns: int, collate_ns: int = 0, done_ns: int = 0,
@@ -77,158 +88,131 @@ class _Sender:
             return
         self._send_now("sample", fields)
 
-    def send_start(self, dataset) -> None:
+    def send_start(self, dataset, stack_file: str | None = None) -> None:
         """Once per worker process, before its first batch (after the user's worker_init_fn):
-        the random states it starts with, read now (never drawn from), digested later."""
+        digests of the random states it starts with (read, never drawn from)."""
         try:
-            states = rng.capture(dataset)
+            digests = rng.digest(rng.capture(dataset))
         except Exception:
-            states = []
-        if self.socket is None and self._hold("start", states):
+            digests = {}
+        payload = (digests, stack_file)
+        if self.socket is None and self._hold("start", payload):
             return
-        self._send_now("start", states)
+        self._send_now("start", payload)
 
     def _hold(self, kind: str, payload) -> bool:
-        """True when the item was held (or counted as dropped) because there is no socket yet."""
-        with self.lock:
+        """True when the item was held (or counted as dropped) for want of a socket; tries to
+        connect again first when a retry is due."""
+        if not self.failed and self.pid == os.getpid() and _perf_ns() >= self._retry_at:
+            self.connect()
             if self.socket is not None:
                 return False
-            if self.failed or self.pid != os.getpid() or len(self.pending) >= MAX_PENDING:
-                self.dropped += 1
-            else:
-                self.pending.append((kind, payload))
-            return True
+        if self.failed or self.pid != os.getpid() or len(self.pending) >= MAX_PENDING:
+            self.dropped += 1
+        else:
+            self.pending.append((kind, payload))
+        return True
 
     def _encode(self, kind: str, payload) -> bytes:
         if kind == "start":
-            return sample_codec.worker_start(self.source, self.worker_id, self.pid,
-                                             rng.digest(payload))
+            return sample_codec.worker_start(self.source, self.worker_id, self.pid, *payload)
         return self._writer.sample(payload[0], payload[1], self.dropped, *payload[2:])
 
-    def _send_now(self, kind: str, payload, sock=None) -> None:
+    def _send_now(self, kind: str, payload) -> None:
         if self.pid != os.getpid():  # a process forked from this worker: not its socket
             self.dropped += 1
             return
         try:
-            (sock or self.socket).send(self._encode(kind, payload), self._flags)
+            self.socket.send(self._encode(kind, payload), self._flags)
         except Exception:  # full (EAGAIN), or the main process gone (EPIPE): count, never raise
             self.dropped += 1
 
     def connect(self) -> None:
-        """On the helper thread: the socket (probe/inbox.py), then what was held, then the
-        handover."""
-        try:
-            import socket
+        """A non-blocking connect; then what was held is sent. On EAGAIN (the listener's backlog
+        is full) the next try is CONNECT_RETRY_NS later; any other failure, or CONNECT_TRY_NS of
+        them, gives up: what is held and what follows is counted as dropped."""
+        import socket  # torch has imported it already (torch.multiprocessing)
 
+        now = _perf_ns()
+        if not self._give_up_at:
+            self._give_up_at = now + CONNECT_TRY_NS
+        sock = None
+        try:
             sock = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
             try:
                 sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, SNDBUF_BYTES)
             except OSError:
                 pass  # the default buffer: fewer samples held between two reads
             sock.setblocking(False)
-            deadline = time.monotonic() + CONNECT_TRY_S
-            while True:
-                try:
-                    sock.connect(self.endpoint)
-                    break
-                except (BlockingIOError, InterruptedError):  # the listener's backlog is full
-                    if time.monotonic() >= deadline:
-                        raise
-                    time.sleep(0.01)  # this thread only: nothing waits for it
-            self._flags = socket.MSG_DONTWAIT | socket.MSG_NOSIGNAL
-        except Exception:
-            with self.lock:
-                self.failed = True
-                self.dropped += len(self.pending)
-                self.pending.clear()
+            sock.connect(self.endpoint)
+        except (BlockingIOError, InterruptedError):
+            if sock is not None:
+                sock.close()
+            if now < self._give_up_at:
+                self._retry_at = now + CONNECT_RETRY_NS
+                return
+            self._fail()
             return
-        with self.lock:
-            for kind, payload in self.pending:
-                self._send_now(kind, payload, sock)
-            self.pending.clear()
-            self.socket = sock
-
-
-class _Helper:
-    """The worker's one background thread: the sender's socket (after the first batch), then the
-    hang watchdog (see probe/stacks.py), waking every WATCHDOG_S. The C watchdog (faulthandler) is
-    armed by the hook itself, before the first batch, so a hang there still leaves a stack.
-
-    A spawned or forkserver worker ends with the interpreter's finalization (a forked one with
-    os._exit). A thread of ours still running then is killed as it next takes the GIL
-    (pthread_exit in CPython 3.11), and with torch loaded that aborted one spawned worker in
-    60-120 here ("terminate called without an active exception", SIGABRT: torch's DataLoader
-    then raises in the training loop), most often while the thread was still importing. So an
-    atexit handler, which runs before finalization, stops the thread and waits for it.
-    """
-
-    def __init__(self, sender: _Sender | None, stack_dir: str | None) -> None:
-        import atexit
-
-        self.pid = os.getpid()
-        self.sender = sender
-        self.stopping = False
-        self.started = False  # the first batch is made (or failed)
-        self.first_batch = _locked()  # released by the fetch wrapper when the first batch is made
-        self.stop = _locked()  # released by close(): the watchdog's wait ends at once
-        self.finished = _locked()  # released by the thread as it ends
-        self.watchdog = None
-        if stack_dir:
-            try:
-                self.watchdog = WorkerWatchdog(stack_dir, _batch_started)
-            except Exception:
-                self.watchdog = None  # measuring must never break a worker
-        _thread.start_new_thread(self._run, ())
-        atexit.register(self.close)  # never runs in a forked worker: it leaves by os._exit
-
-    def first_batch_done(self) -> None:
-        if not self.started:  # once: persistent workers make a first batch every epoch
-            self.started = True
-            _release(self.first_batch)
-
-    def close(self, timeout: float = CLOSE_WAIT_S) -> None:
-        if self.pid != os.getpid():
-            return
-        self.stopping = True
-        _release(self.first_batch)
-        _release(self.stop)
-        self.finished.acquire(timeout=timeout)
-        if self.watchdog is not None:
-            self.watchdog.disarm()
-
-    def _run(self) -> None:
-        try:
-            self.first_batch.acquire(timeout=FIRST_BATCH_WAIT_S)
-            if self.sender is not None and not self.stopping:
-                self.sender.connect()
-            if self.watchdog is not None:
-                while not self.stopping and not self.stop.acquire(timeout=WATCHDOG_S):
-                    if not self.watchdog.tick():
-                        break
         except Exception:
-            pass  # the helper just stops; the batches never depend on it
-        finally:
-            _release(self.finished)
+            if sock is not None:
+                sock.close()
+            self._fail()
+            return
+        self._flags = socket.MSG_DONTWAIT | socket.MSG_NOSIGNAL
+        self.socket = sock
+        pending, self.pending = self.pending, []
+        for kind, payload in pending:
+            self._send_now(kind, payload)
+
+    def _fail(self) -> None:
+        self.failed = True
+        self.dropped += len(self.pending)
+        self.pending = []
 
 
-def _locked():
-    lock = _thread.allocate_lock()
-    lock.acquire()
-    return lock
+def arm_stack_dump(stack_dir: str | None) -> str | None:
+    """Register CPython's faulthandler for STACK_SIGNAL, writing to an anonymous memory file
+    (memfd: ~25 µs in a forked worker here, against ~165 µs to create a file on ext4), which the
+    main process, this worker's parent, reads as `/proc/<pid>/fd/<fd>`; to `<stack_dir>/<pid>.txt`
+    where there is no memfd. Returns the path, or None where the signal is taken (a handler of the
+    program's own: left alone) or nothing could be made.
 
-
-def _release(lock) -> None:
+    The handler (C, async-signal-safe) writes the stack of the thread the signal interrupts; the
+    process-directed signal goes to the main thread — torch's worker loop — unless that thread
+    blocks it. SA_RESTART is set (CPython 3.11 `register` with chain=False): a system call it
+    interrupts is restarted, except those POSIX never restarts (poll, nanosleep...), which fail
+    with EINTR, and Python retries itself (PEP 475)."""
+    pid = os.getpid()
+    if _stack[0] == pid or \
+            signal.getsignal(STACK_SIGNAL) not in (signal.SIG_DFL, signal.SIG_IGN):
+        return None
     try:
-        lock.release()
-    except RuntimeError:  # released already (by another caller in the meantime)
-        pass
+        fd = os.memfd_create("loadertop-stack", os.MFD_CLOEXEC)
+        path = f"/proc/{pid}/fd/{fd}"
+    except (AttributeError, OSError):
+        if not stack_dir:
+            return None
+        path = os.path.join(stack_dir, f"{pid}.txt")
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_TRUNC, 0o600)
+        except OSError:
+            return None
+    try:
+        faulthandler.register(STACK_SIGNAL, file=fd, all_threads=False, chain=False)
+    except Exception:
+        os.close(fd)
+        return None
+    _stack[:] = [pid, fd, path]  # open while the process lives: the handler writes there
+    return path
+
+
+_stack: list = [0, -1, None]  # [pid, fd, path] of this process's armed stack file
 
 
 CENSUS_NS = 1_000_000_000  # count a batch's tensors at most once a second per worker
 CENSUS_MAX_NODES = 10_000  # and stop walking a huge nested batch there
 
 _generations = [0]  # fetchers this worker process has made (one per epoch of persistent workers)
-_batch_started = [0]  # perf_counter_ns() when the current batch began, 0 between batches
 
 
 class _FetcherTiming:
@@ -305,28 +289,19 @@ def _install_fetch_timing(sender: _Sender) -> bool:
                 timing = self._loadertop_timing = _FetcherTiming()
                 self.collate_fn = _TimedCollate(self.collate_fn, timing)
                 if timing.generation == 0:  # this worker process's first batch: before any draw
-                    sender.send_start(getattr(self, "dataset", None))
+                    sender.send_start(getattr(self, "dataset", None), _stack_file())
             seq = timing.seq
             timing.seq = seq + 1
             timing.collate_ns = 0
             w0 = _perf_ns()
             c0 = _cpu_ns()
-            _batch_started[0] = w0  # for the watchdog thread (hang forensics)
             try:
                 data = _original(self, possibly_batched_index)
             except StopIteration:  # an iterable dataset ran out: the loop will skip this task
-                _batch_started[0] = 0
                 sender.send(0, 0, generation=timing.generation, seq=seq, ended=True)
                 raise
-            except BaseException:
-                _batch_started[0] = 0
-                raise
-            finally:
-                if seq == 0:  # made or failed: the helper may start (once per process)
-                    _first_batch_done()
             c1 = _cpu_ns()
             w1 = _perf_ns()  # the batch is produced: what follows is the handoff
-            _batch_started[0] = 0
             tensors = tensor_bytes = None
             if w1 >= timing.next_census:
                 census = tensor_census(data)
@@ -356,87 +331,37 @@ class WorkerHook:
     def __call__(self, worker_id: int) -> None:
         if self.endpoint or self.stack_dir:
             try:
-                _start_helper(self, worker_id)
+                _start(self, worker_id)
             except Exception:
                 pass  # measuring must never break a worker
         if self.user_init_fn is not None:
             self.user_init_fn(worker_id)
 
 
-_helper: list = []  # this worker process's _Helper (a persistent worker runs the hook once)
+_started = [0]  # the pid this hook started in (a persistent worker runs the hook once)
 
 
-def _start_helper(hook: WorkerHook, worker_id: int) -> None:
-    if _helper and _helper[0].pid == os.getpid():
+def _start(hook: WorkerHook, worker_id: int) -> None:
+    pid = os.getpid()
+    if _started[0] == pid:
         return
-    sender = None
-    if hook.endpoint:
+    _started[0] = pid
+    if hook.endpoint:  # the main process learns of the handler from the start message only
+        arm_stack_dump(hook.stack_dir)
         _reset_inherited_signal_handlers()
         sender = _Sender(hook.endpoint, hook.source, worker_id)
+        sender.connect()
         _install_fetch_timing(sender)
-    _helper[:] = [_Helper(sender, hook.stack_dir)]
 
 
-def _first_batch_done() -> None:
-    if _helper:
-        _helper[0].first_batch_done()
-
-
-class WorkerWatchdog:
-    """Inside a worker process: see probe/stacks.py's docstring. `batch_started` is a one-element
-    list the fetch wrapper sets to `perf_counter_ns()` when a batch begins and to 0 when it ends.
-    Made by the hook (it arms the C watchdog at once); the helper thread calls `tick()`."""
-
-    def __init__(self, stack_dir: str, batch_started: list[int]) -> None:
-        import faulthandler
-
-        self.pid = os.getpid()
-        self.batch_started = batch_started
-        self.py_path = os.path.join(stack_dir, f"{self.pid}.py.txt")
-        self.main_thread = _thread.get_ident()  # made on the worker's loop thread
-        # A bare descriptor (faulthandler takes one since Python 3.5), kept open while
-        # faulthandler may write to it. A file object (os.fdopen) instead cost each short-lived
-        # 2-worker loader ~2 ms more here (+2.7 against +0.6 ms over plain, 150 A/B rounds).
-        self.fault_fd = os.open(os.path.join(stack_dir, f"{self.pid}.txt"),
-                                os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_TRUNC, 0o600)
-        self._faulthandler = faulthandler
-        self._arm()
-
-    def _arm(self) -> None:
-        # Re-arming replaces the previous timer: it fires only if this is not called again.
-        self._faulthandler.dump_traceback_later(FAULT_AFTER_S, repeat=False, file=self.fault_fd)
-
-    def tick(self) -> bool:
-        """One wake-up; False once it has failed (the watchdog then just stops)."""
-        try:
-            self._arm()
-            started = self.batch_started[0]
-            if started and time.perf_counter_ns() - started >= STACK_AFTER_NS:
-                self._write_stack()
-            return True
-        except Exception:
-            return False  # measuring must never break a worker
-
-    def disarm(self) -> None:
-        try:
-            self._faulthandler.cancel_dump_traceback_later()
-        except Exception:
-            pass
-
-    def _write_stack(self) -> None:
-        import sys
-        import traceback
-
-        frame = sys._current_frames().get(self.main_thread)
-        if frame is None:
-            return
-        lines = ["Timeout (loadertop watchdog)!\n", "Thread 0x0 (most recent call first):\n"]
-        for f in reversed(traceback.extract_stack(frame, limit=sample_codec.MAX_FRAMES)):
-            lines.append(f'  File "{f.filename}", line {f.lineno or 0} in {f.name}\n')
-        tmp = self.py_path + ".tmp"
-        with open(tmp, "w") as fh:
-            fh.writelines(lines)
-        os.replace(tmp, self.py_path)
+def _stack_file() -> str | None:
+    """The armed stack file, announced in the worker's start message (after the user's
+    worker_init_fn) only while STACK_SIGNAL is still ours: a handler the program set meanwhile
+    must never receive our signal, so the main process sends it only to workers that announce."""
+    if _stack[0] != os.getpid() or \
+            signal.getsignal(STACK_SIGNAL) not in (signal.SIG_DFL, signal.SIG_IGN):
+        return None
+    return _stack[2]
 
 
 def _reset_inherited_signal_handlers() -> None:
@@ -445,7 +370,6 @@ def _reset_inherited_signal_handlers() -> None:
     # Only a process that has the publisher module can have its handler: a forked worker. A
     # spawned or forkserver worker does not, and importing it there (psutil, the system
     # readers...) cost ~30 ms per worker from bytecode, ~170 ms without.
-    import signal
     import sys
 
     publisher = sys.modules.get("loadertop.probe.publisher")

@@ -6,7 +6,6 @@ by an exit code are checked in test_e2e_diagnosis (the same workloads as the sta
 
 from __future__ import annotations
 
-import re
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -197,22 +196,25 @@ def test_the_rng_check_never_changes_what_a_dataset_returns(tmp_path, monkeypatc
 
 
 STUCK_IN_C = """
-import ctypes, sys, time
+import ctypes, os, sys, time
 from loadertop.probe import worker
-worker._batch_started[0] = time.perf_counter_ns()  # inside a batch, as the fetch wrapper marks it
-worker._Helper(None, sys.argv[1])  # a worker's helper thread without a sender: the watchdog
+
+path = worker.arm_stack_dump(sys.argv[1])
+assert path is not None and worker._stack_file() == path, (path, worker._stack_file())
+libc = ctypes.PyDLL(None)  # a PyDLL keeps the GIL during the call: no Python code can run
 
 def stuck_in_c():
-    # ctypes.PyDLL keeps the GIL during the call: no Python thread can run, the watchdog thread
-    # included; only the C watchdog (faulthandler) can still write the stack.
-    ctypes.PyDLL(None).sleep(4)  # FAULT_AFTER_S (3 s) and a second
+    print(path, flush=True)
+    left = 3
+    while left:  # sleep() ends early when a handler runs: what C code that retries does
+        left = libc.sleep(left)
+    print(time.time(), flush=True)  # the GIL is free again from here on
 
 stuck_in_c()
-print(time.time(), flush=True)  # the GIL is free again from here on
 """
 
 
-def test_a_worker_stuck_in_c_holding_the_gil_still_leaves_its_stack(tmp_path):
+def test_a_worker_stuck_in_c_holding_the_gil_writes_its_stack_when_asked(tmp_path):
     import subprocess
 
     from loadertop.probe import stacks
@@ -221,21 +223,47 @@ def test_a_worker_stuck_in_c_holding_the_gil_still_leaves_its_stack(tmp_path):
     script.write_text(STUCK_IN_C)
     dumps = tmp_path / "stacks"
     dumps.mkdir()
-    proc = subprocess.run([sys.executable, str(script), str(dumps)], timeout=30,
-                          capture_output=True, text=True)
-    assert proc.returncode == 0, proc.stderr
-    # <pid>.txt is the C watchdog's; <pid>.py.txt the Python one's (and <pid>.py.txt.tmp when the
-    # process exited while that thread was between writing and renaming: seen once in CI)
-    (c_dump,) = [p for p in dumps.iterdir() if re.fullmatch(r"\d+\.txt", p.name)]
-    stack = stacks.read_dump_file(str(c_dump))
-    assert stack is not None, c_dump.read_text()
+    proc = subprocess.Popen([sys.executable, str(script), str(dumps)], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        dump = proc.stdout.readline().strip()  # its memfd (/proc/<pid>/fd/<fd>), else a file
+        assert stacks.is_worker_stack_file(dump, proc.pid, str(dumps)), proc.stderr.read()
+        asked = time.time()
+        assert stacks.ask_worker_stack(proc.pid)
+        stack = wait_for(lambda: stacks.read_dump_file(dump), 2.0, "the dump")  # inside the 3 s
+        out, err = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 0, err  # the signal neither killed nor broke it
+    assert stack is not None
     assert stack.frames[-1].endswith("in stuck_in_c"), stack.frames
     assert stack.user_frame == len(stack.frames) - 1
-    # the Python watchdog could not run while the GIL was held: whatever it wrote, it wrote after
-    released = float(proc.stdout.split()[-1])
-    # the C dump came FAULT_AFTER_S after the last re-arm, during the 4 s in C: nominally >= 1 s
-    # before the release (0.997 s was seen: the re-arm and the call are not simultaneous)
-    assert c_dump.stat().st_mtime < released - 0.5
-    for p in dumps.iterdir():
-        if p.name.endswith((".py.txt", ".py.txt.tmp")):
-            assert p.stat().st_mtime >= released - 0.05, (p.stat().st_mtime, released)
+    released = float(out.split()[-1])
+    assert asked - 1 <= stack.taken_at < released  # written while it was inside the C call
+
+
+OWN_HANDLER = """
+import signal, sys
+from loadertop.probe import worker
+
+signal.signal(signal.SIGURG, lambda *a: None)  # the program's own: never replaced, never sent
+print(worker.arm_stack_dump(sys.argv[1]))
+signal.signal(signal.SIGURG, signal.SIG_DFL)
+path = worker.arm_stack_dump(sys.argv[1])
+print(path is not None, worker._stack_file() == path)
+signal.signal(signal.SIGURG, lambda *a: None)  # set after the hook (a worker_init_fn's own)
+print(worker._stack_file())
+"""
+
+
+def test_a_program_s_own_stack_signal_handler_is_left_alone(tmp_path):
+    import subprocess
+
+    script = tmp_path / "own.py"
+    script.write_text(OWN_HANDLER)
+    out = subprocess.run([sys.executable, str(script), str(tmp_path)], capture_output=True,
+                         text=True, timeout=30)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split("\n")[:3] == ["None", "True True", "None"], out.stdout
