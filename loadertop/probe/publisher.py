@@ -489,8 +489,7 @@ class Publisher:
                     next_report = _next_tick(origin, report_ns, now)
                 now_ns, sent_at = time.perf_counter_ns(), time.time()
                 for record in records:
-                    record.watched = watched  # workers are signalled for stacks only then
-                    self._send(zmq, pub, record.report(now_ns, sent_at, probe_cpu))
+                    self._send(zmq, pub, record.report(now_ns, sent_at, probe_cpu, watched))
 
     def _send(self, zmq, pub, msg) -> None:
         try:

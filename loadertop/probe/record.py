@@ -35,6 +35,20 @@ STACK_REFRESH_NS = int(stacks.STACK_REFRESH_S * 1e9)  # the loop's; a worker's f
 STACK_ASK_MAX_GAP_NS = 8 * STACK_REFRESH_NS  # a worker still inside that batch: asked at most this rarely
 
 
+class _StackAsk:
+    """A worker inside one batch past STACK_AFTER_NS: when to signal it next, the gap after that
+    (doubling), since when it has been in that batch (Unix time: only a dump of this batch is
+    read), and the latest stack read."""
+
+    __slots__ = ("next_ns", "gap_ns", "since", "stack")
+
+    def __init__(self, next_ns: int, since: float) -> None:
+        self.next_ns = next_ns
+        self.gap_ns = STACK_REFRESH_NS
+        self.since = since
+        self.stack: wire.Stack | None = None
+
+
 class EpochPairing:
     """How to name the task behind the loop's c-th batch of one epoch (publisher thread only).
 
@@ -183,10 +197,8 @@ class LoaderRecord:
         self._epoch_floor_ns = 0  # the current epoch's start: no batch of it began earlier
         self._busy_since: dict[int, int] = {}  # worker id -> inside a batch since (perf ns)
         self._idle_seen: dict[int, int] = {}  # worker id -> last seen with no work outstanding
-        # worker id -> [asked at (perf ns), busy since (Unix time), latest stack read]
-        self._worker_stacks: dict[int, list] = {}
+        self._worker_stacks: dict[int, _StackAsk] = {}  # worker id -> its stack, asked for
         self._stack_files: dict[int, str] = {}  # pid -> the stack file its start message announced
-        self.watched = False  # a viewer is subscribed (set by the publisher before each report)
         self._loop_stack: tuple[int, wire.Stack | None] | None = None
         self._rng: dict[int, tuple[int, dict[str, str]]] = {}  # pid -> (worker id, digests)
         # --- slow readings: set by the publisher every RESOURCE_S, sent with the next report ---
@@ -599,34 +611,33 @@ class LoaderRecord:
             since = max(since, acc.last_done_ns)
         return max(0, now_ns - since) / 1e6
 
-    def _worker_stack(self, wid: int, pid: int | None, now_ns: int) -> wire.Stack | None:
+    def _worker_stack(self, wid: int, pid: int | None, now_ns: int,
+                      watched: bool) -> wire.Stack | None:
         """A worker's stack while it has been inside one batch past STACK_AFTER_NS.
 
-        Asked for with a signal (stacks.ask_worker_stack) only while a viewer is subscribed
-        (`watched`): then at once, and again after 1, 2, 4... up to STACK_ASK_MAX_GAP_NS, so a
-        batch that is merely slow is interrupted a few times, not every second. The dump is
-        written within the next report; the latest one is read at each report."""
+        Asked for with a signal (stacks.ask_worker_stack) only while `watched` (a viewer is
+        subscribed): at once, and again after 1, 2, 4... up to STACK_ASK_MAX_GAP_NS, so a batch
+        that is merely slow is interrupted a few times, not every second. The dump is written
+        within the next report; the latest one is read at each report."""
         busy = self._busy_ms(wid, now_ns)
         path = self._stack_files.get(pid) if pid is not None else None
         if busy is None or busy * 1e6 < STACK_AFTER_NS or path is None:
             self._worker_stacks.pop(wid, None)
             return None
-        entry = self._worker_stacks.get(wid)
-        if entry is None:
-            # [next ask (perf ns), gap, busy since (Unix time: only a dump of this batch), stack]
-            entry = self._worker_stacks[wid] = [now_ns, STACK_REFRESH_NS,
-                                                time.time() - busy / 1e3, None]
-        if self.watched and now_ns >= entry[0]:
+        ask = self._worker_stacks.get(wid)
+        if ask is None:
+            ask = self._worker_stacks[wid] = _StackAsk(now_ns, time.time() - busy / 1e3)
+        if watched and now_ns >= ask.next_ns:
             status = self._worker_status.get(wid)
             if status is not None and status[0] == pid and status[1]:  # alive at the last look
                 stacks.trim_dump_file(path)
                 stacks.ask_worker_stack(pid)
-            entry[0] = now_ns + entry[1]
-            entry[1] = min(2 * entry[1], STACK_ASK_MAX_GAP_NS)
-        stack = stacks.read_dump_file(path, entry[2])
+            ask.next_ns = now_ns + ask.gap_ns
+            ask.gap_ns = min(2 * ask.gap_ns, STACK_ASK_MAX_GAP_NS)
+        stack = stacks.read_dump_file(path, ask.since)
         if stack is not None:
-            entry[3] = stack
-        return entry[3]
+            ask.stack = stack
+        return ask.stack
 
     def _loop_stack_now(self, now_ns: int) -> wire.Stack | None:
         since = self.in_next_since
@@ -745,7 +756,10 @@ class LoaderRecord:
             return "iterable_ended"  # the batches since a worker ran out cannot be named
         return pairing.unpaired
 
-    def report(self, now_ns: int, sent_at: float, probe_cpu_fraction: float | None) -> wire.LoaderReport:
+    def report(self, now_ns: int, sent_at: float, probe_cpu_fraction: float | None,
+               watched: bool = False) -> wire.LoaderReport:
+        """The next report. `watched`: a viewer is subscribed, so a worker stuck in one batch is
+        asked for its stack (a signal: see `_worker_stack`)."""
         self.drain()
         if self.config.num_workers:
             self.match_stages(now_ns)
@@ -765,7 +779,7 @@ class LoaderRecord:
         if blocked_since:
             blocked_ms = max(0, now_ns - blocked_since) / 1e6
             wait_ns += max(0, now_ns - max(blocked_since, start))
-        workers = self._worker_reports(now_ns)
+        workers = self._worker_reports(now_ns, watched)
         q = self._q_last
         queue = wire.QueueReport(
             capacity=(self.config.num_workers * (self.config.prefetch_factor or 0)),
@@ -827,7 +841,7 @@ class LoaderRecord:
             loop_used = max(0, loop - last_loop)
         return {"process_cpu_ns": max(0, process - last_process), "loop_cpu_ns": loop_used}
 
-    def _worker_reports(self, now_ns: int) -> list[wire.WorkerReport]:
+    def _worker_reports(self, now_ns: int, watched: bool) -> list[wire.WorkerReport]:
         out = []
         ids = set(self._worker_status) | set(self._workers)
         for wid in sorted(i for i in ids if i < self.config.num_workers):
@@ -839,7 +853,8 @@ class LoaderRecord:
                 batches=acc.batches, fetch_us=list(acc.fetch_us), fetch_wall_ns=acc.wall_ns,
                 fetch_cpu_ns=acc.cpu_ns, collate_us=list(acc.collate_us),
                 busy_ms=self._busy_ms(wid, now_ns) if alive is not False else None,
-                stack=self._worker_stack(wid, pid, now_ns) if alive is not False else None,
+                stack=self._worker_stack(wid, pid, now_ns, watched) if alive is not False
+                else None,
                 fetch_histogram=acc.fetch_buckets.histogram(),
             ))
         return out

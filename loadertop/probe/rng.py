@@ -38,7 +38,7 @@ def _digest(value) -> str:
 def _numbers(value, depth: int = 0):
     """`value` made of ints, floats and None only (in tuples nested at most twice), with None as
     () and each float as (x,) so that neither can be mistaken for the other; else None. A tuple of
-    ints and floats alone is kept as it is (its types read at C speed, no copy)."""
+    ints alone is kept as it is (its types read at C speed, no copy)."""
     kind = type(value)
     if kind is int:
         return value

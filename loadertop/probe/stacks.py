@@ -7,8 +7,9 @@
   (SIGURG, ignored by default) with an anonymous memory file (read here as /proc/<pid>/fd/<fd>;
   `<pid>.txt` in the private discovery directory where there is no memfd), and names it in its
   start message. When torch's `_task_info` shows that worker inside one batch for
-  STACK_AFTER_S, the main process sends it STACK_SIGNAL (`ask_worker_stack`), again every
-  STACK_REFRESH_S while it stays there; the C handler writes the stack of the thread it
+  STACK_AFTER_S and a viewer is subscribed, the main process sends it STACK_SIGNAL
+  (`ask_worker_stack`), again after 1, 2 and 4 s, then every 8 s while it stays there (record.py
+  `_worker_stack`); the C handler writes the stack of the thread it
   interrupts (the worker's main thread, torch's worker loop) even while it is stuck in C holding
   the GIL, and the frames it reads hold still: it runs on that very thread. A watchdog that
   dumped from another thread (`dump_traceback_later(repeat=True)`) read a *running* thread's
@@ -31,7 +32,12 @@ import traceback
 from loadertop import wire
 
 # The worker's side lives in probe/worker.py, which a worker imports alone.
-from loadertop.probe.worker import STACK_AFTER_S, STACK_REFRESH_S, STACK_SIGNAL  # noqa: F401
+from loadertop.probe.worker import (  # noqa: F401
+    STACK_AFTER_S,
+    STACK_REFRESH_S,
+    STACK_SIGNAL,
+    stack_file_in,
+)
 
 STACK_FILE_MAX_BYTES = 64 * 1024  # a C dump file is truncated past this
 _TAIL_BYTES = 32 * 1024  # the latest dump is within this much of the file's end
@@ -97,7 +103,7 @@ def parse_dump(text: str) -> list[tuple[str, int, str]] | None:
              if d.startswith(("Stack (", "Timeout ("))]
     if not dumps:
         return None
-    for dump in (dumps[-2], dumps[-1]) if len(dumps) >= 2 else (dumps[-1],):
+    for dump in dumps[-2:]:
         frames = _main_thread_frames(dump)
         if frames:
             return frames
@@ -137,16 +143,11 @@ def read_dump_file(path: str, not_before: float = 0.0) -> wire.Stack | None:
     return make_stack(frames, st.st_mtime) if frames else None
 
 
-def worker_stack_file(stack_dir: str, pid: int) -> str:
-    """Where a worker's handler writes (probe/worker.py `arm_stack_dump`)."""
-    return os.path.join(stack_dir, f"{pid}.txt")
-
-
 def is_worker_stack_file(path: str, pid: int, stack_dir: str | None) -> bool:
     """`path` is what `arm_stack_dump` makes for `pid`: its memfd, or its file in `stack_dir`."""
     if re.fullmatch(rf"/proc/{pid}/fd/\d{{1,9}}", path):
         return True
-    return bool(stack_dir) and path == worker_stack_file(stack_dir, pid)
+    return bool(stack_dir) and path == stack_file_in(stack_dir, pid)
 
 
 def ask_worker_stack(pid: int) -> bool:
@@ -170,7 +171,7 @@ def trim_dump_file(path: str) -> None:
 
 def remove_worker_files(stack_dir: str, pid: int) -> None:
     try:
-        os.unlink(worker_stack_file(stack_dir, pid))
+        os.unlink(stack_file_in(stack_dir, pid))
     except OSError:
         pass
 

@@ -13,11 +13,14 @@ with the loop's receipt of the same batch.
 
 A worker gets no thread of ours. A second thread in a process forked from torch's (a large address
 space, shared copy-on-write) cost that child +1.26 and +1.28 ms of CPU here (60 and 120 shuffled
-rounds, tests/benchmarks/worker_start.py), though it only waited: its start and exit, and every
-later copy-on-write fault then also flushing the TLB of the CPU it ran on (an IPI: perf showed
-`smp_call_function_many_cond` and `do_wp_page` only in instrumented workers). faulthandler's
-`dump_traceback_later` starts such a thread too (its C watchdog): +0.94 to +1.22 ms. Every
-epoch start of a loader without persistent workers paid both, in every worker. So:
+rounds, tests/benchmarks/worker_start.py), though it only waited: ~0.4-0.5 ms with no page
+touched after it, the rest growing with the copy-on-write faults that follow (likely each then
+flushing the TLB of the CPU the thread ran on: perf put `do_wp_page` and
+`smp_call_function_many_cond` at the top of instrumented workers' kernel time, and neither
+among plain workers' 40 top symbols).
+faulthandler's `dump_traceback_later` starts such a thread too (its C watchdog): with the import
+of faulthandler in the child, as the worker did it, +0.94 to +1.22 ms. Every epoch start of a
+loader without persistent workers paid both, in every worker. So:
 - the socket is made and connected on the worker's own thread, in the hook, before the first
   batch (`socket()` plus a non-blocking `connect()`, nothing waited for);
 - hang forensics are a signal handler, not a watchdog: the hook registers CPython's
@@ -145,30 +148,21 @@ class _Sender:
                 pass  # the default buffer: fewer samples held between two reads
             sock.setblocking(False)
             sock.connect(self.endpoint)
-        except (BlockingIOError, InterruptedError):
+        except Exception as exc:
             if sock is not None:
                 sock.close()
-            if now < self._give_up_at:
+            if isinstance(exc, (BlockingIOError, InterruptedError)) and now < self._give_up_at:
                 self._retry_at = now + CONNECT_RETRY_NS
-                return
-            self._fail()
-            return
-        except Exception:
-            if sock is not None:
-                sock.close()
-            self._fail()
+            else:
+                self.failed = True
+                self.dropped += len(self.pending)
+                self.pending = []
             return
         self._flags = socket.MSG_DONTWAIT | socket.MSG_NOSIGNAL
         self.socket = sock
         pending, self.pending = self.pending, []
         for kind, payload in pending:
             self._send_now(kind, payload)
-
-    def _fail(self) -> None:
-        self.failed = True
-        self.dropped += len(self.pending)
-        self.pending = []
-
 
 def arm_stack_dump(stack_dir: str | None) -> str | None:
     """Register CPython's faulthandler for STACK_SIGNAL, writing to an anonymous memory file
@@ -192,7 +186,7 @@ def arm_stack_dump(stack_dir: str | None) -> str | None:
     except (AttributeError, OSError):
         if not stack_dir:
             return None
-        path = os.path.join(stack_dir, f"{pid}.txt")
+        path = stack_file_in(stack_dir, pid)
         try:
             fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_TRUNC, 0o600)
         except OSError:
@@ -202,11 +196,16 @@ def arm_stack_dump(stack_dir: str | None) -> str | None:
     except Exception:
         os.close(fd)
         return None
-    _stack[:] = [pid, fd, path]  # open while the process lives: the handler writes there
+    _stack[:] = [pid, path]  # fd stays open while the process lives: the handler writes there
     return path
 
 
-_stack: list = [0, -1, None]  # [pid, fd, path] of this process's armed stack file
+_stack: list = [0, None]  # [pid, path] of this process's armed stack file
+
+
+def stack_file_in(stack_dir: str, pid: int) -> str:
+    """The stack file of a worker without memfd (probe/stacks.py reads it)."""
+    return os.path.join(stack_dir, f"{pid}.txt")
 
 
 CENSUS_NS = 1_000_000_000  # count a batch's tensors at most once a second per worker
@@ -329,7 +328,7 @@ class WorkerHook:
         self.stack_dir = stack_dir
 
     def __call__(self, worker_id: int) -> None:
-        if self.endpoint or self.stack_dir:
+        if self.endpoint:  # the stack handler is announced over the socket: nothing without it
             try:
                 _start(self, worker_id)
             except Exception:
@@ -346,12 +345,11 @@ def _start(hook: WorkerHook, worker_id: int) -> None:
     if _started[0] == pid:
         return
     _started[0] = pid
-    if hook.endpoint:  # the main process learns of the handler from the start message only
-        arm_stack_dump(hook.stack_dir)
-        _reset_inherited_signal_handlers()
-        sender = _Sender(hook.endpoint, hook.source, worker_id)
-        sender.connect()
-        _install_fetch_timing(sender)
+    arm_stack_dump(hook.stack_dir)
+    _reset_inherited_signal_handlers()
+    sender = _Sender(hook.endpoint, hook.source, worker_id)
+    sender.connect()
+    _install_fetch_timing(sender)
 
 
 def _stack_file() -> str | None:
@@ -361,7 +359,7 @@ def _stack_file() -> str | None:
     if _stack[0] != os.getpid() or \
             signal.getsignal(STACK_SIGNAL) not in (signal.SIG_DFL, signal.SIG_IGN):
         return None
-    return _stack[2]
+    return _stack[1]
 
 
 def _reset_inherited_signal_handlers() -> None:

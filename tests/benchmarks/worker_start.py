@@ -6,8 +6,9 @@
    copy-on-write, as a fork worker's) does one thing, then touches 3,000 of its parent's pages as
    a worker's first batches do; the CPU time of the whole child (user + sys, from wait4) over a
    child that does nothing, rounds shuffled, with an A/A pair. A thread started there (waiting,
-   never running again), faulthandler's `dump_traceback_later` (a C watchdog thread), a stack file
-   created on disk, a memfd, `import faulthandler` in the child, a socket connected to a listener.
+   never running again); `import faulthandler` in the child, alone and followed by
+   `dump_traceback_later` (a C watchdog thread), as loadertop's workers once did both; a stack file
+   created on disk; a memfd; a socket connected to a listener.
 2. loaders: 2-worker fork loaders made, iterated (4 batches) and dropped one after another, plain
    (twice: A/A) and with `loadertop.instrument`, shuffled: wall time per loader and the workers'
    CPU time (RUSAGE_CHILDREN: torch joins its workers), the difference of medians per round.
@@ -42,7 +43,7 @@ def _child(mode: str, buf: bytearray, listen_path: str, scratch: str) -> None:
         lock = _thread.allocate_lock()
         lock.acquire()
         _thread.start_new_thread(lock.acquire, (True, 30))
-    elif mode == "dump_traceback_later":
+    elif mode == "import + dump_traceback_later":
         import faulthandler
 
         faulthandler.dump_traceback_later(30, file=2)
@@ -73,7 +74,8 @@ def primitives(rounds: int) -> None:
     listener.bind(listen_path)
     listener.listen(socket.SOMAXCONN)
     listener.setblocking(False)
-    modes = ["nothing", "nothing again", "thread", "dump_traceback_later", "import faulthandler",
+    modes = ["nothing", "nothing again", "thread", "import + dump_traceback_later",
+             "import faulthandler",
              "file on disk", "memfd", "socket connect"]
     cpu: dict[str, list[float]] = {m: [] for m in modes}
     rng = random.Random(0)
@@ -147,7 +149,7 @@ def _report(values: dict[str, list[float]], base: str, again: str, unit: str,
         low = min(v) - min(values[base])
         shown = [f"{d:+.{digits}f}{unit}" if abs(d) > spread else "not resolved"
                  for d in (diff, low)]
-        print(f"    {name:22} median {statistics.median(v):10.{digits}f}{unit}  "
+        print(f"    {name:29} median {statistics.median(v):10.{digits}f}{unit}  "
               f"min {min(v):10.{digits}f}{unit}   - {base}: median {shown[0]:>14}, "
               f"min {shown[1]:>14}")
     print(f"    (A/A: median {aa:+.{digits}f}{unit}, min {aa_low:+.{digits}f}{unit})")
