@@ -28,11 +28,27 @@ def _digest(value) -> str:
     import hashlib  # here: a spawned worker reads the states before it needs this
 
     h = hashlib.blake2b(digest_size=8)
-    if isinstance(value, (bytes, bytearray, memoryview)):
-        h.update(bytes(value))
-    else:
-        h.update(repr(value).encode())
+    _feed(h, value)
     return h.hexdigest()
+
+
+def _feed(h, value, depth: int = 0) -> None:
+    """`value` into the hash, each part length-prefixed (no two values feed the same bytes):
+    bytes as they are, tuples item by item, anything else as its repr. A numpy state is
+    ("MT19937", 2,496 bytes, pos): the repr of those bytes (an escape per byte) cost ~30 µs of
+    the ~40 µs a worker's digests took warm here."""
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        data = value if isinstance(value, bytes) else bytes(value)
+        h.update(b"b%d:" % len(data))
+        h.update(data)
+    elif type(value) is tuple and depth < 2:
+        h.update(b"t%d:" % len(value))
+        for item in value:
+            _feed(h, item, depth + 1)
+    else:
+        text = repr(value).encode()
+        h.update(b"r%d:" % len(text))
+        h.update(text)
 
 
 def _numbers(value, depth: int = 0):

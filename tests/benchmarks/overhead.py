@@ -1,6 +1,7 @@
 """What the shim costs the training loop, measured against the plain loop in the same run.
 
-    python tests/benchmarks/overhead.py [--batches 5000] [--rounds 21] [--epoch-rounds 3]
+    python tests/benchmarks/overhead.py [--batches 5000] [--rounds 21] [--frozen-seconds 1]
+                                        [--epoch-rounds 3]
                                         [--short-rounds 3] [--only hot,micro,frozen,epoch,short]
 
 Every section runs its variants in a new shuffled order each round (a slow drift of the machine
@@ -23,6 +24,9 @@ this machine cannot tell it from nothing.
    process frozen by SIGSTOP (its socket buffers fill, the publisher must drop, never block);
    throughput ratio, goal >= 0.99. A control variant starts the same viewer, lets it subscribe,
    kills it and waits as long: the disturbance of starting a process, without a frozen viewer.
+   Beside the rates, the publisher thread's CPU share in each variant (its own CPU clock): a
+   frozen viewer can only slow the loop through more work on that thread, and the share is
+   steadier on a noisy machine than the rate.
 4. epoch: `iter()` of a 2-worker loader plus its first batch, plain (twice) vs instrumented, for
    fork, spawn and forkserver (spawn costs ~1.5-3.5 s a round here: --epoch-rounds).
 5. short: a program that makes 30 short-lived 2-worker fork loaders and takes 4 batches from each
@@ -100,12 +104,16 @@ def difference(values: dict[str, list[float]], b: str, a: str, aa: tuple[str, st
 
 def ratio(values: dict[str, list[float]], b: str, a: str, aa: tuple[str, str],
           higher_is_better: bool) -> str:
-    """b / a of the medians and of the best rounds, beside the A/A pair's; as for differences,
-    a ratio within the A/A's distance from 1 is not resolved."""
+    """b / a: the median of the per-round ratios and the ratio of the best rounds, beside the
+    A/A pair's; as for differences, a ratio within the A/A's distance from 1 is not resolved.
+
+    Per-round, not the ratio of the medians: this VM's speed swings up to 2x from one second to
+    the next (the same loop ran at 23k and 63k batches/s in one run), and variants measured in
+    the same round share that swing; the ratio of two medians does not cancel it."""
     best = max if higher_is_better else min
-    med = statistics.median(values[b]) / statistics.median(values[a])
+    med = statistics.median(x / y for x, y in zip(values[b], values[a]))
     top = best(values[b]) / best(values[a])
-    aa_med = statistics.median(values[aa[1]]) / statistics.median(values[aa[0]])
+    aa_med = statistics.median(x / y for x, y in zip(values[aa[1]], values[aa[0]]))
     aa_top = best(values[aa[1]]) / best(values[aa[0]])
     spread = max(abs(aa_med - 1), abs(aa_top - 1))
 
@@ -113,8 +121,8 @@ def ratio(values: dict[str, list[float]], b: str, a: str, aa: tuple[str, str],
         return f"{v:.4f}" if abs(v - 1) > spread else "not resolved"
 
     kind = "max" if higher_is_better else "min"
-    return (f"medians {shown(med):>12}  {kind}s {shown(top):>12}   "
-            f"(A/A: medians {aa_med:.4f}, {kind}s {aa_top:.4f})")
+    return (f"median {shown(med):>12}  {kind}s {shown(top):>12}   "
+            f"(A/A: median {aa_med:.4f}, {kind}s {aa_top:.4f})")
 
 
 def table(values: dict[str, list[float]], unit: str, scale: float = 1.0, digits: int = 0) -> None:
@@ -279,23 +287,46 @@ def _wait_unsubscribed(publisher, timeout: float = 5.0) -> None:
         time.sleep(0.01)
 
 
-def frozen_viewer(batches: int, rounds: int) -> None:
-    from loadertop.probe.publisher import get_publisher
+def frozen_viewer(seconds: float, rounds: int) -> None:
+    from loadertop.probe.publisher import REPORT_S, get_publisher
 
-    data = TensorDataset(torch.arange(batches))
+    # Each round iterates for whole report periods: the publisher wakes every REPORT_S, and a
+    # round shorter than that (5,000 batches took ~0.13 s) caught a report or not, which moved
+    # its rate more than anything measured here.
+    window_ns = int(max(seconds, 2 * REPORT_S) / REPORT_S) * int(REPORT_S * 1e9)
+    data = TensorDataset(torch.arange(10**7))
     loader = loadertop.instrument(DataLoader(data, batch_size=1, num_workers=0), name="frozen")
     publisher = get_publisher()
-    ns_per_batch(loader)
+    for _ in itertools.islice(loader, 2000):  # the publisher starts with the first iter()
+        pass
+    publisher._ready.wait(10)
+    thread_clock = time.pthread_getcpuclockid(publisher._thread.ident)
+    # The publisher thread's CPU per variant, from its own clock: the one way a frozen viewer
+    # could slow the loop is more work on that thread (publishing runs there, holding the GIL),
+    # and a CPU share is steadier here than the loop's rate, which swings with the machine.
+    share: dict[str, list[float]] = {}
+    current: list[str] = [""]
 
     def timed() -> float:
         # Warm up first, in every variant: right after a process start and a pause the loop ran
         # 15-30 % slower for a while whether a viewer was frozen or gone (the control below
         # showed it), which read as a frozen viewer's cost.
-        for _ in itertools.islice(loader, 2000):
+        it = iter(loader)
+        for _ in itertools.islice(it, 2000):
             pass
-        return 1e9 / ns_per_batch(loader)
+        clock = time.perf_counter_ns
+        c0, w0 = time.clock_gettime_ns(thread_clock), clock()
+        end, n = w0 + window_ns, 0
+        while clock() < end:
+            for _ in range(500):
+                next(it)
+            n += 500
+        c1, w1 = time.clock_gettime_ns(thread_clock), clock()
+        share.setdefault(current[0], []).append(100 * (c1 - c0) / (w1 - w0))
+        return n * 1e9 / (w1 - w0)
 
     def measure(name, _):
+        current[0] = name
         if name in ("no viewer", "no viewer again"):
             return timed()
         viewer = subprocess.Popen(
@@ -325,8 +356,8 @@ def frozen_viewer(batches: int, rounds: int) -> None:
     variants = {"no viewer": None, "no viewer again": None,
                 "viewer started, killed, 0.5 s": None, "frozen viewer": None}
     rate = shuffled_rounds(variants, rounds, 2, measure)
-    print(f"3. frozen viewer: instrumented loop, {batches} batches x {rounds} rounds, shuffled "
-          f"(batches/s):")
+    print(f"3. frozen viewer: instrumented loop, {window_ns / 1e9:.2f} s x {rounds} rounds, "
+          f"shuffled (batches/s):")
     table(rate, "/s")
     aa = ("no viewer", "no viewer again")
     control = "viewer started, killed, 0.5 s"
@@ -334,6 +365,10 @@ def frozen_viewer(batches: int, rounds: int) -> None:
     print(f"  control / none:                   {ratio(rate, control, 'no viewer', aa, True)}")
     print(f"  frozen / control (the viewer's share): "
           f"{ratio(rate, 'frozen viewer', control, aa, True)}")
+    print("  the publisher thread's CPU while the loop ran (% of a core, its own clock):")
+    table(share, " %", digits=2)
+    print(f"  frozen - none:                    "
+          f"{difference(share, 'frozen viewer', 'no viewer', aa, unit=' %', digits=2)}")
 
 
 # --------------------------------------------------------------------------- 4. epoch start
@@ -425,9 +460,11 @@ def short_loaders(rounds: int, loaders: int = 30, batches: int = 4, suspects: st
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--batches", type=int, default=5_000,
-                        help="batches per round of the hot and frozen sections")
+                        help="batches per round of the hot section")
     parser.add_argument("--rounds", type=int, default=21,
                         help="rounds of the hot and micro sections (frozen: a third, >= 5)")
+    parser.add_argument("--frozen-seconds", type=float, default=1.0,
+                        help="seconds of each frozen-section round (whole report periods)")
     parser.add_argument("--epoch-rounds", type=int, default=3)
     parser.add_argument("--short-rounds", type=int, default=3)
     parser.add_argument("--short-suspects", default="",
@@ -448,7 +485,7 @@ def main() -> None:
     if "micro" in only:
         wrapper_only(500_000, args.rounds)
     if "frozen" in only:
-        frozen_viewer(args.batches, max(5, args.rounds // 3))
+        frozen_viewer(args.frozen_seconds, max(5, args.rounds // 3))
     if "epoch" in only:
         epoch_start(args.epoch_rounds)
     if "short" in only:

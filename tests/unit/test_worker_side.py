@@ -116,9 +116,14 @@ def test_digests_tell_states_apart_and_never_draw():
     assert rng._digest(a.getstate()) != rng._digest(b.getstate())
     assert rng._digest(a.getstate()) == rng._digest(random.Random(1).getstate())
     assert a.getstate() == before
-    # not only numbers (a numpy state's str and bytes): blake2b of the repr, also unsalted
+    # not only numbers (a numpy state's str and bytes): blake2b of its parts, also unsalted
     assert rng._digest(("MT19937", b"\x01\x02", 3)) == rng._digest(("MT19937", b"\x01\x02", 3))
     assert rng._digest(("MT19937", b"\x01\x02", 3)) != rng._digest(("MT19937", b"\x01\x03", 3))
+    assert rng._digest(("MT19937", b"\x01\x02", 3)) != rng._digest(("MT19937", b"\x01\x02", 4))
+    # parts are length-prefixed: moving a byte from one part to the next changes the digest
+    assert rng._digest((b"ab", b"c")) != rng._digest((b"a", b"bc"))
+    assert rng._digest(("x", b"")) != rng._digest(("x",))
+    assert rng._digest(("M", memoryview(b"\x01"), 3)) == rng._digest(("M", b"\x01", 3))
 
 
 def test_a_torch_state_reads_the_same_bytes_either_way():
