@@ -15,6 +15,7 @@ import threading
 import time
 import weakref
 from collections import deque
+from itertools import repeat, starmap
 
 from loadertop import wire
 from loadertop.probe import resources, stacks, torch_internals
@@ -318,9 +319,11 @@ class LoaderRecord:
             if n == EVENTS_MAXLEN:
                 self.dropped += 1  # the deque may have overflowed: samples were lost
                 self._break_pairing("overflow")  # the batch count of this epoch is lost
-            pop = events.popleft
-            chunk = [pop() for _ in range(n)]
-            if EPOCH_MARK in chunk or 0 in chunk or not self._drain_alternating(chunk):
+            # n pops in one C loop (starmap over n empty argument tuples): no bytecode runs
+            # between them, and a comprehension's per-item loop was half of this drain's time
+            # (~0.25 of ~0.5 us a batch here); the training thread appends only at the right.
+            chunk = list(starmap(events.popleft, repeat((), n)))
+            if not self._drain_alternating(chunk):
                 self._drain_each(chunk)
         loop = self.loop_samples
         while loop:
@@ -344,15 +347,22 @@ class LoaderRecord:
             self._pairing.unpaired = reason
 
     def _drain_alternating(self, chunk: list[int]) -> bool:
-        """Bulk path for [t0, -t1, t0, -t1, ...]; False (nothing consumed) if the chunk isn't so."""
+        """Bulk path for [t0, -t1, t0, -t1, ...]; False (nothing consumed) if the chunk isn't so.
+
+        One min() and one max() tell: an exception's 0 or a stamp out of place fails the signs,
+        and an EPOCH_MARK (None) anywhere makes the comparisons raise TypeError. (Two `in` scans
+        of the chunk, for EPOCH_MARK and for 0, cost ~50 ns a batch more.)"""
         pending = self.in_next_since
         stamps = [pending, *chunk] if pending is not None else chunk
         trailing = stamps[-1] if len(stamps) % 2 else None  # a loop inside next() right now
         body = stamps[:-1] if trailing is not None else stamps
         t0s, exits = body[0::2], body[1::2]
-        if trailing is not None and trailing <= 0:
-            return False
-        if t0s and (min(t0s) <= 0 or max(exits) >= 0):
+        try:
+            if trailing is not None and trailing <= 0:
+                return False
+            if t0s and (min(t0s) <= 0 or max(exits) >= 0):
+                return False
+        except TypeError:  # None among the stamps: an epoch starts in this chunk
             return False
         self.in_next_since = trailing
         if not t0s:
