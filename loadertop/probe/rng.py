@@ -35,8 +35,8 @@ def _digest(value) -> str:
 def _feed(h, value, depth: int = 0) -> None:
     """`value` into the hash, each part length-prefixed (no two values feed the same bytes):
     bytes as they are, tuples item by item, anything else as its repr. A numpy state is
-    ("MT19937", 2,496 bytes, pos): the repr of those bytes (an escape per byte) cost ~30 µs of
-    the ~40 µs a worker's digests took warm here."""
+    ("MT19937", 2,496 bytes, pos): through the repr of those bytes (an escape per byte) its
+    digest took 16.8 µs warm here, fed this way 6.0 µs."""
     if isinstance(value, (bytes, bytearray, memoryview)):
         data = value if isinstance(value, bytes) else bytes(value)
         h.update(b"b%d:" % len(data))

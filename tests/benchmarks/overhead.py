@@ -304,10 +304,11 @@ def frozen_viewer(seconds: float, rounds: int) -> None:
     # The publisher thread's CPU per variant, from its own clock: the one way a frozen viewer
     # could slow the loop is more work on that thread (publishing runs there, holding the GIL),
     # and a CPU share is steadier here than the loop's rate, which swings with the machine.
-    share: dict[str, list[float]] = {}
-    current: list[str] = [""]
+    variants = {"no viewer": None, "no viewer again": None,
+                "viewer started, killed, 0.5 s": None, "frozen viewer": None}
+    share: dict[str, list[float]] = {name: [] for name in variants}
 
-    def timed() -> float:
+    def timed(name: str) -> float:
         # Warm up first, in every variant: right after a process start and a pause the loop ran
         # 15-30 % slower for a while whether a viewer was frozen or gone (the control below
         # showed it), which read as a frozen viewer's cost.
@@ -322,13 +323,12 @@ def frozen_viewer(seconds: float, rounds: int) -> None:
                 next(it)
             n += 500
         c1, w1 = time.clock_gettime_ns(thread_clock), clock()
-        share.setdefault(current[0], []).append(100 * (c1 - c0) / (w1 - w0))
+        share[name].append(100 * (c1 - c0) / (w1 - w0))
         return n * 1e9 / (w1 - w0)
 
     def measure(name, _):
-        current[0] = name
         if name in ("no viewer", "no viewer again"):
-            return timed()
+            return timed(name)
         viewer = subprocess.Popen(
             [sys.executable, "-m", "loadertop", "snapshot", "--seconds", "600",
              publisher.endpoint], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -345,7 +345,7 @@ def frozen_viewer(seconds: float, rounds: int) -> None:
                 viewer.wait()
                 _wait_unsubscribed(publisher)
             time.sleep(0.5)  # as long after the viewer's start as in the frozen case
-            return timed()
+            return timed(name)
         finally:
             if viewer.poll() is None:
                 os.kill(viewer.pid, signal.SIGCONT)
@@ -353,8 +353,6 @@ def frozen_viewer(seconds: float, rounds: int) -> None:
                 viewer.wait()
             _wait_unsubscribed(publisher)
 
-    variants = {"no viewer": None, "no viewer again": None,
-                "viewer started, killed, 0.5 s": None, "frozen viewer": None}
     rate = shuffled_rounds(variants, rounds, 2, measure)
     print(f"3. frozen viewer: instrumented loop, {window_ns / 1e9:.2f} s x {rounds} rounds, "
           f"shuffled (batches/s):")
