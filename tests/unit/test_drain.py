@@ -1,8 +1,11 @@
-"""The publisher thread's drain: its bulk path (min/max over the stamps, TypeError at an epoch
-mark) gives the same figures as the per-stamp loop, for every shape of chunk the hot path makes:
-epoch marks first, inside and last, an exception's 0, and a loop inside next() between drains."""
+"""The publisher thread's drain: its bulk path (`split_stamps`, in C where it is built, and in
+Python) gives the same figures as the per-stamp loop, for every shape of chunk the hot path makes:
+epoch marks first, inside and last, an exception's 0, and a loop inside next() between drains;
+and the histogram counting in C (`bucket_count`) counts as the Python one does."""
 
 from __future__ import annotations
+
+import random
 
 import pytest
 import torch
@@ -63,7 +66,19 @@ def _figures(rec: recmod.LoaderRecord) -> dict:
             "step_buckets": list(rec._step_buckets.counts)}
 
 
-def test_the_bulk_drain_equals_the_per_stamp_loop(monkeypatch):
+IMPLEMENTATIONS = ["python"] + (["c"] if recmod._c_split_stamps is not None else [])
+
+
+@pytest.fixture(params=IMPLEMENTATIONS)
+def implementation(request, monkeypatch):
+    """The drain's C helpers, or (param "python") none: record.py then uses its Python ones."""
+    if request.param == "python":
+        monkeypatch.setattr(recmod, "_c_split_stamps", None)
+        monkeypatch.setattr(recmod, "_c_bucket_count", None)
+    return request.param
+
+
+def test_the_bulk_drain_equals_the_per_stamp_loop(monkeypatch, implementation):
     bulk, each = _record("bulk"), _record("each")
     calls = {"bulk": 0}
     original = recmod.LoaderRecord._drain_alternating
@@ -88,8 +103,106 @@ def test_the_bulk_drain_equals_the_per_stamp_loop(monkeypatch):
 @pytest.mark.parametrize("chunk", [[None], [BASE, None], [BASE, -(BASE + 5), None],
                                    [None, BASE, -(BASE + 5)], [BASE, 0], [0],
                                    [BASE, -(BASE + 5), BASE + 9, 0]])
-def test_the_bulk_path_refuses_marks_and_exceptions_without_consuming(chunk):
+def test_the_bulk_path_refuses_marks_and_exceptions_without_consuming(chunk, implementation):
     rec = _record("refuse")
     before = _figures(rec)
     assert rec._drain_alternating(list(chunk)) is False
     assert _figures(rec) == before
+
+
+def _chunks(rng: random.Random):
+    """(pending, chunk, prev_t1) of every shape: alternating runs of any length, with or without a
+    pending t0 and a trailing one, equal and extreme stamps, and out-of-place ones."""
+    yield None, [], None
+    yield BASE, [], None
+    yield BASE, [], BASE - 5
+    yield None, [BASE], BASE + 10  # a trailing t0 before prev_t1: no step from it
+    yield BASE, [-(BASE + 3)], BASE - 2
+    yield BASE, [-BASE], BASE  # zero wait, zero step
+    yield None, [2**63 - 1, -(2**63 - 1)], None  # int64's edges
+    yield None, [1, -1, 1, -1], 1
+    for _ in range(300):
+        t = rng.randrange(1, 10**15)
+        out = []
+        for _ in range(rng.randrange(0, 40)):
+            out += [t, -(t + rng.randrange(0, 10**6))]
+            t = -out[-1] + rng.randrange(0, 10**6)
+        if rng.random() < 0.3:
+            out.append(t)
+        pending = None
+        if out and rng.random() < 0.3:
+            pending, out = out[0], out[1:]
+        if out and rng.random() < 0.2:  # something out of place
+            out[rng.randrange(len(out))] = rng.choice([0, None, -5, 5])
+        yield pending, out, rng.choice([None, t, rng.randrange(1, 10**15)])
+
+
+@pytest.mark.skipif(recmod._c_split_stamps is None, reason="the C drain is not built here")
+def test_the_c_split_equals_the_python_one():
+    rng = random.Random(9)
+    seen = {"split": 0, "declined": 0}
+    for pending, chunk, prev in _chunks(rng):
+        for want in (False, True):
+            c = recmod._c_split_stamps(pending, list(chunk), prev, want)
+            py = recmod.py_split_stamps(pending, list(chunk), prev, want)
+            py = None if py is None else tuple(py)
+            assert c == py, (pending, chunk, prev, want)
+            seen["split" if c is not None else "declined"] += 1
+    assert seen["split"] > 300 and seen["declined"] > 50
+
+
+@pytest.mark.skipif(recmod._c_split_stamps is None, reason="the C drain is not built here")
+@pytest.mark.parametrize("pending, chunk", [(None, [BASE, -(BASE + 1), 2**63]),
+                                            (2**64, [-(2**64 + 1)]),
+                                            (None, [BASE, -(2**63)]),
+                                            (None, [BASE, True]),
+                                            (None, [BASE, -(BASE + 0.5)])])
+def test_the_c_split_declines_what_is_not_an_int64(pending, chunk, monkeypatch):
+    """Outside int64 (no stamp of a real clock) the C split declines; the per-stamp loop still
+    gives the drain's figures."""
+    assert recmod._c_split_stamps(pending, chunk, None, True) is None
+    rec, each = _record("wide"), _record("wide-each")
+    monkeypatch.setattr(each, "_drain_alternating", lambda chunk: False)
+    each._interval_start_ns = rec._interval_start_ns  # a wait's part before it is left out
+    for r in (rec, each):
+        r.in_next_since = pending
+        r.events.extend(chunk)
+        r.drain()
+    assert _figures(rec) == _figures(each)
+
+
+def test_bucket_counts_put_a_value_equal_to_a_bound_in_its_bucket(implementation):
+    bounds = recmod.wire.HISTOGRAM_BOUNDS_NS
+    counts = recmod.BucketCounts()
+    values = [-1, 0, bounds[0], bounds[0] + 1, bounds[3], bounds[-1], bounds[-1] + 1, 10**17]
+    assert counts.add(values) == sum(values)
+    expected = [0] * (len(bounds) + 1)
+    expected[0] = 3
+    expected[1] = 1
+    expected[3] = 1
+    expected[len(bounds) - 1] = 1
+    expected[len(bounds)] = 2
+    assert counts.counts == expected
+    assert counts.add([]) == 0 and counts.counts == expected
+
+
+@pytest.mark.skipif(recmod._c_bucket_count is None, reason="the C drain is not built here")
+def test_the_c_bucket_count_equals_the_python_one():
+    bounds = recmod.wire.HISTOGRAM_BOUNDS_NS
+    rng = random.Random(3)
+    c_counts = [0] * (len(bounds) + 1)
+    py_counts = list(c_counts)
+    for n in (0, 1, 5, 63, 64, 65, 1000, 20_000):  # both sides of the Python's SORT_FROM
+        values = [rng.choice([rng.randrange(-10, 10**11), rng.choice(bounds),
+                              rng.choice(bounds) + rng.choice((-1, 1))]) for _ in range(n)]
+        assert recmod._c_bucket_count(bounds, c_counts, values) == \
+            recmod.py_bucket_count(bounds, py_counts, values)
+        assert c_counts == py_counts
+    assert sum(c_counts) == 21_198
+    # Beyond int64, or a sum that would leave it: declined, nothing counted; Python counts it.
+    for values in ([1, 2**63], [2**62, 2**62], [1, 2.5]):
+        before = list(c_counts)
+        assert recmod._c_bucket_count(bounds, c_counts, values) is None
+        assert c_counts == before
+    wide = recmod.BucketCounts()
+    assert wide.add([1, 2**63]) == 2**63 + 1 and sum(wide.counts) == 2
