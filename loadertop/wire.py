@@ -11,6 +11,8 @@ The viewer side imports this module, so it must never import torch (nor zmq: fra
 
 from __future__ import annotations
 
+import operator
+from itertools import repeat
 from typing import Annotated
 
 import msgspec
@@ -399,9 +401,11 @@ def decode_sample(data: bytes) -> WorkerMessage:
 
 
 def decimate(samples: list[int], limit: int = MAX_SAMPLES) -> list[int]:
-    """Keep at most `limit` samples, evenly spaced, so percentiles stay representative."""
+    """Keep at most `limit` samples, evenly spaced (the (i * n // limit)-th of n), so percentiles
+    stay representative. In C-level loops (map over range): the probe does this at every report
+    at high batch rates, where a comprehension took ~0.9 ms for 4096 samples here."""
     n = len(samples)
     if n <= limit:
         return samples
-    step = n / limit
-    return [samples[int(i * step)] for i in range(limit)]
+    return list(map(samples.__getitem__,
+                    map(operator.floordiv, range(0, n * limit, n), repeat(limit, limit))))

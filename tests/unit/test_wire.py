@@ -88,6 +88,10 @@ def test_decimate_bounds_samples_and_keeps_short_lists():
     assert len(short) == wire.MAX_SAMPLES and short[0] == 0 and short == sorted(short)
     # what the probe sends after decimation is always accepted
     assert wire.decode(wire.encode(loader_report(wait_us=short))).wait_us == tuple(short)
+    # evenly spaced: the (i * n // limit)-th of n, for lengths that do not divide
+    for n in (5, 7, 100, 4097):
+        assert wire.decimate(list(range(n)), 4) == [i * n // 4 for i in range(4)]
+    assert wire.decimate(list(range(4097))) == [i * 4097 // 4096 for i in range(4096)]
 
 
 # --------------------------------------------------------------------------- rejected frames
