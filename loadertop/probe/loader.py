@@ -1,7 +1,8 @@
 """`instrument(loader)`: a transparent DataLoader wrapper whose iterator times every `next()`.
 
-The hot path (the iterator's next()) is two clock reads and two deque appends, in C where
-`_hotpath` is built (`_PyStamper` otherwise); everything else happens on the publisher thread.
+The hot path (the iterator's next()) is two clock reads and two stamps stored, in C where
+`_hotpath` is built (into the record's StampRing, raw; `_PyStamper` appending to a deque
+otherwise); everything else happens on the publisher thread.
 Batches, order and exceptions are the wrapped iterator's own: we never touch the batch, and an
 exception is re-raised as is.
 """

@@ -1,8 +1,9 @@
 """Per-loader state: what the training thread writes (cheaply) and the publisher thread reads.
 
-The training thread only ever appends signed clock stamps to a bounded deque (see
-`_InstrumentedIterator`). `deque.append` / `popleft` are atomic under the GIL, so the publisher
-thread drains without locks. Everything derived (durations, sums, samples, queue depth,
+The training thread only ever stores signed clock stamps in `events` (see
+`_InstrumentedIterator`): a StampRing where the C module is built, else a bounded deque. Both are
+written and emptied holding the GIL (`deque.append` / `popleft` are atomic under it; the ring's
+methods never release it), so the publisher thread drains without locks. Everything derived (durations, sums, samples, queue depth,
 workers) is computed here on the publisher thread.
 """
 
@@ -20,13 +21,15 @@ from itertools import repeat, starmap
 from loadertop import wire
 from loadertop.probe import resources, stacks, torch_internals
 
-try:  # the drain's bulk path in C (probe/_hotpath.c), built with the hot path
+try:  # the stamps' ring and the drain's bulk path in C (probe/_hotpath.c), built with the hot path
+    from loadertop.probe._hotpath import StampRing
     from loadertop.probe._hotpath import bucket_count as _c_bucket_count
     from loadertop.probe._hotpath import split_stamps as _c_split_stamps
 except ImportError:  # pragma: no cover - CI fails where it is missing (test_hotpath)
+    StampRing = None
     _c_bucket_count = _c_split_stamps = None
 
-EVENTS_MAXLEN = 1 << 16  # ~65k batches between drains (>= 4 Hz) before the oldest are lost
+EVENTS_MAXLEN = 1 << 16  # stamps held between drains (>= 4 Hz) before the oldest are lost
 LOOP_CPU_SAMPLE_NS = 10_000_000  # num_workers=0: measure the loop's fetch CPU every >= 10 ms
 EPOCH_MARK = None
 # Pairing a received batch with its worker's "produced" stamp waits this long after the loop had
@@ -163,7 +166,9 @@ class LoaderRecord:
     def __init__(self, loader, *, name: str, source: str, host: str, rank: int | None,
                  command: str, process_started_at: float) -> None:
         # --- written by the training thread ---
-        self.events: deque = deque(maxlen=EVENTS_MAXLEN)  # t0 > 0, -t1 < 0, 0, or EPOCH_MARK
+        # t0 > 0, -t1 < 0, 0, or EPOCH_MARK: raw in a C ring where it is built (the C hot path
+        # pushes there without making an int), else Python ints in a bounded deque.
+        self.events = new_events()
         # num_workers=0, one batch per LOOP_CPU_SAMPLE_NS: (wall, cpu, fetch, collate, produced)
         # in ns, `produced` counted from next()'s entry; fetch/collate None where unmeasured.
         self.loop_samples: deque = deque(maxlen=4096)
@@ -340,18 +345,14 @@ class LoaderRecord:
         took 595 ns a batch here in Python's bulk path, 236-308 with the C one (the median of 30
         drains of 5,000 batches of a real num_workers=0 loader).
         """
-        events = self.events
-        n = len(events)
-        if n:
-            if n == EVENTS_MAXLEN:
-                self.dropped += 1  # the deque may have overflowed: samples were lost
-                self._break_pairing("overflow")  # the batch count of this epoch is lost
-            # n pops in one C loop (starmap over n empty argument tuples): no bytecode runs
-            # between them. A comprehension took 122-189 ns a stamp here, this 66-99 (two stamps
-            # a batch); the training thread appends only at the right.
-            chunk = list(starmap(events.popleft, repeat((), n)))
-            if not self._drain_alternating(chunk):
-                self._drain_each(chunk)
+        chunk, lost = take_stamps(self.events)
+        if lost:
+            self.dropped += 1  # stamps were lost: their waits and steps are not counted
+            self._break_pairing("overflow")  # the batch count of this epoch is lost
+            # the entry still pending, and the last exit, may be the lost stamps' neighbours
+            self.in_next_since = self._prev_t1 = None
+        if chunk and not self._drain_alternating(chunk):
+            self._drain_segments(chunk)
         loop = self.loop_samples
         while loop:
             wall, cpu, fetch, collate, produced = loop.popleft()
@@ -407,6 +408,26 @@ class LoaderRecord:
             self._break_pairing("overflow")
             return
         self._receipts.extend(zip([pairing] * len(t0s), range(c, c + len(t0s)), t0s, t1s))
+
+    def _drain_segments(self, chunk: list) -> None:
+        """A chunk the bulk path refused: split at its epoch marks, each stretch between them
+        tried in bulk again, and only a stretch that still refuses (an exception's 0, an exit
+        whose entry was lost) goes stamp by stamp. A loader re-iterated every few hundred ms (a
+        validation pass, a benchmark's rounds) puts a mark in many chunks; the whole chunk then
+        took the per-stamp loop."""
+        start, end = 0, len(chunk)
+        while start < end:
+            try:
+                mark = chunk.index(EPOCH_MARK, start)  # ints compare unequal to None
+            except ValueError:
+                mark = end
+            if mark > start:
+                stretch = chunk[start:mark]
+                if not self._drain_alternating(stretch):
+                    self._drain_each(stretch)
+            if mark < end:
+                self._drain_each([EPOCH_MARK])
+            start = mark + 1
 
     def _drain_each(self, chunk: list) -> None:
         waits: list[int] = []
@@ -888,6 +909,25 @@ class LoaderRecord:
                            batches_total=self.batches_total, error=self.error)
         self.seq += 1
         return msg
+
+
+def new_events():
+    """The training thread's stamps of one record: a StampRing where the C module is built."""
+    if StampRing is not None:
+        return StampRing(EVENTS_MAXLEN)
+    return deque(maxlen=EVENTS_MAXLEN)
+
+
+def take_stamps(events) -> tuple[list, int]:
+    """(every stamp held, oldest first; how many were lost, or 1 where a full deque may have
+    lost some), leaving `events` empty."""
+    if type(events) is not deque:
+        return events.take()
+    n = len(events)
+    # n pops in one C loop (starmap over n empty argument tuples): no bytecode runs between
+    # them. A comprehension took 122-189 ns a stamp here, this 66-99 (two stamps a batch); the
+    # training thread appends only at the right.
+    return list(starmap(events.popleft, repeat((), n))), int(n == EVENTS_MAXLEN)
 
 
 def py_split_stamps(pending: int | None, chunk: list, prev_t1: int | None, want_stamps: bool):

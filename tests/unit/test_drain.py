@@ -73,6 +73,7 @@ IMPLEMENTATIONS = ["python"] + (["c"] if recmod._c_split_stamps is not None else
 def implementation(request, monkeypatch):
     """The drain's C helpers, or (param "python") none: record.py then uses its Python ones."""
     if request.param == "python":
+        monkeypatch.setattr(recmod, "StampRing", None)  # the records' stamps in a deque
         monkeypatch.setattr(recmod, "_c_split_stamps", None)
         monkeypatch.setattr(recmod, "_c_bucket_count", None)
     return request.param
@@ -98,6 +99,25 @@ def test_the_bulk_drain_equals_the_per_stamp_loop(monkeypatch, implementation):
         assert _figures(bulk) == _figures(each), items
     assert calls["bulk"] >= 2  # the bulk path did take the plain chunks
     assert bulk.epoch == 4 and bulk.batches_total > 20
+
+
+def test_a_chunk_with_epoch_marks_is_drained_in_bulk_between_them(monkeypatch, implementation):
+    rec = _record("marks")
+    each: list[list] = []
+    original = recmod.LoaderRecord._drain_each
+
+    def spy(self, chunk):
+        each.append(list(chunk))
+        original(self, chunk)
+
+    monkeypatch.setattr(recmod.LoaderRecord, "_drain_each", spy)
+    _feed(rec, [_batches(BASE, 4), "epoch", _batches(BASE + 10_000, 3), "epoch", "epoch",
+                _batches(BASE + 20_000, 2) + [BASE + 30_000, 0], _batches(BASE + 40_000, 1)])
+    rec.drain()
+    # only the marks, and the stretch holding an exception's 0, went stamp by stamp
+    assert each == [[None], [None], [None],
+                    _batches(BASE + 20_000, 2) + [BASE + 30_000, 0] + _batches(BASE + 40_000, 1)]
+    assert rec.epoch == 3 and rec.batches_total == 4 + 3 + 2 + 1
 
 
 @pytest.mark.parametrize("chunk", [[None], [BASE, None], [BASE, -(BASE + 5), None],
@@ -165,6 +185,7 @@ def test_the_c_split_declines_what_is_not_an_int64(pending, chunk, monkeypatch):
     monkeypatch.setattr(each, "_drain_alternating", lambda chunk: False)
     each._interval_start_ns = rec._interval_start_ns  # a wait's part before it is left out
     for r in (rec, each):
+        r.events = recmod.deque(maxlen=recmod.EVENTS_MAXLEN)  # a StampRing holds int64 only
         r.in_next_since = pending
         r.events.extend(chunk)
         r.drain()
@@ -206,3 +227,22 @@ def test_the_c_bucket_count_equals_the_python_one():
         assert c_counts == before
     wide = recmod.BucketCounts()
     assert wide.add([1, 2**63]) == 2**63 + 1 and sum(wide.counts) == 2
+
+
+def test_lost_stamps_are_counted_and_nothing_is_paired_across_the_gap(implementation):
+    rec = _record("lost")
+    rec._interval_start_ns = 0  # every wait lies inside the interval
+    rec.in_next_since = BASE - 50  # a pending entry: its exit may be among the lost stamps
+    # 11 stamps too many: what is kept starts with an exit whose entry was lost, and ends with
+    # an entry (the ring keeps exactly the newest EVENTS_MAXLEN; a deque that filled up keeps
+    # the same, and is treated as having lost some)
+    stamps = _batches(BASE, recmod.EVENTS_MAXLEN // 2 + 5) + [BASE + 10**9]
+    rec.events.extend(stamps)
+    rec.drain()
+    assert rec.dropped == 1
+    assert rec.batches_total == recmod.EVENTS_MAXLEN // 2 - 1
+    assert rec._wait_ns == 700 * rec.batches_total  # the stale entry paired with nothing
+    assert rec.in_next_since == BASE + 10**9
+    rec.events.extend([-(BASE + 10**9 + 700), *_batches(BASE + 10**10, 3)])
+    rec.drain()
+    assert rec.dropped == 1 and rec.batches_total == recmod.EVENTS_MAXLEN // 2 + 3

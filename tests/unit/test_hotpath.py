@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import collections
 import gc
+import itertools
 import os
 import sys
 import time
@@ -192,3 +193,76 @@ def test_c_before_init_says_so():
 
     with pytest.raises(RuntimeError, match="before __init__"):
         next(Lazy())
+
+
+# --------------------------------------------------------------------------- the stamps' ring
+needs_c = pytest.mark.skipif("c" not in STAMPERS, reason="the C hot path is not built here")
+
+
+@needs_c
+def test_a_stamp_ring_gives_back_its_stamps_in_order_with_marks_as_none():
+    ring = loader._hotpath.StampRing(1 << 16)
+    assert len(ring) == 0 and ring.take() == ([], 0)
+    stamps = [5, -6, None, 7, 0, 2**63 - 1, -(2**63 - 1)]
+    ring.extend(stamps[:3])
+    for s in stamps[3:]:
+        ring.append(s)
+    assert len(ring) == 7 and ring
+    assert ring.take() == (stamps, 0)
+    assert len(ring) == 0 and not ring and ring.take() == ([], 0)
+    # growing past its first block keeps every stamp, in order
+    many = list(range(1, 5 * loader._hotpath.RING_START))
+    ring.extend(many)
+    assert ring.take() == (many, 0)
+
+
+@needs_c
+def test_a_full_stamp_ring_keeps_the_newest_and_counts_the_lost_exactly():
+    ring = loader._hotpath.StampRing(8)
+    ring.extend(range(1, 21))
+    assert len(ring) == 8 and ring.capacity == 8
+    assert ring.take() == (list(range(13, 21)), 12)
+    ring.extend([1, 2])
+    assert ring.take() == ([1, 2], 0)
+
+
+@needs_c
+@pytest.mark.parametrize("bad, error", [(2**63, OverflowError), (-(2**63), OverflowError),
+                                        ("7", TypeError), (1.5, TypeError)])
+def test_a_stamp_ring_refuses_what_is_not_a_stamp(bad, error):
+    ring = loader._hotpath.StampRing(16)
+    with pytest.raises(error):
+        ring.append(bad)
+    with pytest.raises(error):
+        ring.extend([1, bad])
+    assert ring.take() == ([1], 0)  # what came before the bad one
+    for capacity in (0, 3, -8):
+        with pytest.raises(ValueError):
+            loader._hotpath.StampRing(capacity)
+
+
+def test_stampers_push_into_a_ring_the_stamps_they_append_to_a_deque(kind):
+    if "c" not in STAMPERS:
+        pytest.skip("the C hot path is not built here")
+    ring, events = loader._hotpath.StampRing(1 << 10), collections.deque()
+    boom = ValueError("bad item")
+    for sink in (ring.append, events.append):
+        it = STAMPERS[kind](Inner(3, end=boom).__next__, sink, [].append)
+        assert len(list(itertools.islice(it, 3))) == 3
+        with pytest.raises(ValueError):
+            next(it)
+    stamps, lost = ring.take()
+    assert lost == 0 and len(stamps) == len(events) == 8
+    assert [s > 0 for s in stamps] == [s > 0 for s in events] == [True, False] * 3 + [True, False]
+    assert stamps[-1] == events[-1] == 0 and all(s < 0 for s in stamps[1:-1:2])
+
+
+@needs_c
+def test_c_a_stamper_keeps_its_ring_alive():
+    ring = loader._hotpath.StampRing(16)
+    it = loader._hotpath.Stamper(Inner(2).__next__, ring.append, [].append)
+    del ring
+    gc.collect()
+    assert len(list(it)) == 2
+    stamps, lost = it._append.__self__.take()
+    assert len(stamps) == 6 and lost == 0 and stamps[-1] == 0
