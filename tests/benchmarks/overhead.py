@@ -1,6 +1,7 @@
 """What the shim costs the training loop, measured against the plain loop in the same run.
 
-    python tests/benchmarks/overhead.py [--batches 5000] [--rounds 21] [--frozen-seconds 1]
+    python tests/benchmarks/overhead.py [--batches 5000] [--rounds 21] [--slice 50]
+                                        [--frozen-seconds 1]
                                         [--epoch-rounds 3]
                                         [--short-rounds 3] [--only hot,micro,frozen,epoch,short]
 
@@ -12,12 +13,15 @@ larger than the A/A spread (the larger of the A/A's two statistics) prints as "n
 this machine cannot tell it from nothing.
 
 1. hot: the fastest loader (TensorDataset, batch_size=1, num_workers=0), ns per batch: plain,
-   plain again (A/A), a minimal wrapper (two clock reads, two deque appends), loadertop's own
-   iterator on a record the publisher does not know (the hot path alone, never drained), and
-   `loadertop.instrument` (the same, drained by the publisher thread). The last two differ by
-   the publisher thread's share (its drains hold the GIL); goal: <= 1500 ns added per batch.
-   Where the C hot path is built (loader.HOT_PATH == "c"), `instrument` on the pure-Python one
-   too: what a user on an install without it pays.
+   plain again (A/A), a minimal wrapper (two clock reads, two deque appends) and
+   `loadertop.instrument`; where the C hot path is built (loader.HOT_PATH == "c"), `instrument`
+   on the pure-Python one too: what a user on an install without it pays. Within a round the
+   variants take turns in slices of --slice batches (50: ~1 ms), shuffled each time: this VM's
+   speed drifts within a second, and rounds of 5,000 batches per variant left an A/A spread of
+   1-2 µs. The publisher thread's drains hold the GIL, but land in whichever variant's slice
+   is running, so its cost is read from its own CPU clock instead, per drained batch (an upper
+   bound of the time it takes the GIL from the loop), and added to `instrument`'s: goal
+   <= 1500 ns added per batch.
 2. micro: the iterator wrappers alone around a Python iterator shaped like torch's (no
    DataLoader noise), ns added per next(); both hot paths where the C one is built.
 3. frozen: the instrumented loop without a viewer (twice: A/A) and with a real subscriber
