@@ -266,3 +266,29 @@ def test_c_a_stamper_keeps_its_ring_alive():
     assert len(list(it)) == 2
     stamps, lost = it._append.__self__.take()
     assert len(stamps) == 6 and lost == 0 and stamps[-1] == 0
+
+
+@needs_c
+def test_a_stamp_pushed_while_take_allocates_is_neither_lost_nor_taken_twice():
+    """take()'s list allocation can run a garbage collection, and a finalizer then runs Python
+    code: here it pushes a stamp, as the training thread could while the GIL is released."""
+    ring = loader._hotpath.StampRing(1 << 10)
+    ring.extend([1, -2, 3])
+
+    class PushesWhenFreed:
+        def __del__(self):
+            ring.append(-4)
+
+    thresholds = gc.get_threshold()
+    gc.collect()
+    try:
+        cyclic = PushesWhenFreed()
+        cyclic.me = cyclic
+        del cyclic
+        gc.set_threshold(1)  # the next GC-tracked allocation collects (CPython 3.11: at once)
+        first, lost = ring.take()
+    finally:
+        gc.set_threshold(*thresholds)
+    second, _ = ring.take()
+    assert lost == 0
+    assert first + second == [1, -2, 3, -4]  # each stamp once, in order
