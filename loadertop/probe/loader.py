@@ -33,12 +33,13 @@ _inside = threading.local()
 
 class _PyStamper:
     """The hot path in pure Python, where the C one (`_hotpath.Stamper`) is not built. Per batch:
-    two clock reads and two appends to a bounded deque — `t0` when the loop enters next(), `-t1`
-    when it leaves with a batch, `0` when it leaves by an exception (StopIteration included). The
-    publisher thread pairs them; a trailing `t0` without its exit means the loop is blocked in
-    next() right now, and since when. Signed stamps keep the pairing unambiguous even when the
-    bounded deque overflows and drops single entries. With `sampling`, a batch entered at or
-    after `next_sample` goes to the subclass's `_sampled_next(t0)` instead."""
+    two clock reads and two appends to the record's stamps (a bounded deque where the C module is
+    not built: record.new_events) — `t0` when the loop enters next(), `-t1` when it leaves with a
+    batch, `0` when it leaves by an exception (StopIteration included). The publisher thread
+    pairs them; a trailing `t0` without its exit means the loop is blocked in next() right now,
+    and since when. Signed stamps keep the pairing unambiguous even when the bounded store
+    overflows and drops single entries. With `sampling`, a batch entered at or after
+    `next_sample` goes to the subclass's `_sampled_next(t0)` instead."""
 
     __slots__ = ("_next", "_append", "_on_error", "next_sample")
 

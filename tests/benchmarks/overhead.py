@@ -21,7 +21,8 @@ this machine cannot tell it from nothing.
    1-2 µs. The publisher thread's drains hold the GIL, but land in whichever variant's slice
    is running, so its cost is read from its own CPU clock instead, per drained batch (an upper
    bound of the time it takes the GIL from the loop), and added to `instrument`'s: goal
-   <= 1500 ns added per batch.
+   <= 1500 ns added per batch. (The A/A pair covers the loop's timings, not that clock: its own
+   spread is its median beside its minimum.)
 2. micro: the iterator wrappers alone around a Python iterator shaped like torch's (no
    DataLoader noise), ns added per next(); both hot paths where the C one is built.
 3. frozen: the instrumented loop without a viewer (twice: A/A) and with a real subscriber
@@ -229,7 +230,7 @@ def hot_path(batches: int, rounds: int, slice_batches: int) -> None:
                     pass
                 spent[name] += clock() - t0
         # The publisher drains at its next report: this round's stamps are all in its clock
-        # once the records' deques are empty (a poll with a deadline).
+        # once the records' stamp stores are empty (a poll with a deadline).
         deadline = time.monotonic() + 4 * REPORT_S
         while any(record.events for record in drained) and time.monotonic() < deadline:
             time.sleep(REPORT_S / 10)
