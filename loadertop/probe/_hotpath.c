@@ -83,8 +83,10 @@ static inline void
 ring_push(StampRing *r, long long value)
 {
     if ((Py_ssize_t)(r->head - r->tail) >= r->size && !ring_grow(r)) {
-        r->tail++;
         r->lost++;
+        if (r->size == 0)  /* never initialised (StampRing.__new__ alone): nowhere to write */
+            return;
+        r->tail++;
     }
     r->buf[r->head & (unsigned long long)(r->size - 1)] = value;
     r->head++;
@@ -244,7 +246,8 @@ static PySequenceMethods ring_as_sequence = {
 static PyTypeObject StampRingType = {
     PyVarObject_HEAD_INIT(NULL, 0)
     .tp_name = "loadertop.probe._hotpath.StampRing",
-    .tp_doc = "StampRing(capacity): the record's stamps, raw, for the Stamper (see above)",
+    .tp_doc = "StampRing(capacity): a record's stamps, raw int64, for the Stamper "
+              "(loadertop/probe/_hotpath.c)",
     .tp_basicsize = sizeof(StampRing),
     .tp_flags = Py_TPFLAGS_DEFAULT,
     .tp_new = PyType_GenericNew,

@@ -292,3 +292,12 @@ def test_a_stamp_pushed_while_take_allocates_is_neither_lost_nor_taken_twice():
     second, _ = ring.take()
     assert lost == 0
     assert first + second == [1, -2, 3, -4]  # each stamp once, in order
+
+
+@needs_c
+def test_a_stamp_ring_never_initialised_counts_stamps_as_lost():
+    ring = loader._hotpath.StampRing.__new__(loader._hotpath.StampRing)
+    it = loader._hotpath.Stamper(Inner(1).__next__, ring.append, [].append)
+    assert len(list(it)) == 1  # the batch still comes
+    ring.append(7)
+    assert len(ring) == 0 and ring.take() == ([], 5)
