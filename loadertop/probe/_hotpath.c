@@ -35,7 +35,7 @@
  * longer leaves two ints a batch for the publisher thread to free. The publisher thread
  * `take()`s the stamps (they become Python ints there, off the loop). Measured here: the
  * iterator alone around a Python iterator (tests/benchmarks/overhead.py, section 2) added
- * +137 to +175 ns a next() with a deque, +41 to +42 with the ring; through a real DataLoader
+ * +137 to +175 ns a next() with a deque, +40 to +49 with the ring; through a real DataLoader
  * (TensorDataset, batch_size=1, num_workers=0, ~19 us a batch; 61 rounds, 50-batch slices)
  * the two did not differ beyond the noise (ring - deque: median -8 ns, quartiles -212/+208).
  *

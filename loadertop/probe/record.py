@@ -346,7 +346,7 @@ class LoaderRecord:
         236-308 through the C one (the median of 30 drains of 5,000 batches of a real
         num_workers=0 loader).
         """
-        chunk, lost = take_stamps(self.events)
+        chunk, lost = self.events.take()
         if lost:
             self.dropped += 1  # stamps were lost: their waits and steps are not counted
             self._break_pairing("overflow")  # the batch count of this epoch is lost
@@ -912,23 +912,27 @@ class LoaderRecord:
         return msg
 
 
+class DequeStamps(deque):
+    """The stamps where the C module is not built: StampRing's interface (append, extend, len,
+    take) on a bounded deque, which drops single entries at its left when full."""
+
+    __slots__ = ()
+
+    def take(self) -> tuple[list, int]:
+        """(every stamp held, oldest first; 1 where the deque is full and so may have lost
+        some, else 0), leaving it empty."""
+        n = len(self)
+        # n pops in one C loop (starmap over n empty argument tuples): no bytecode runs between
+        # them. A comprehension took 122-189 ns a stamp here, this 66-99 (two stamps a batch);
+        # the training thread appends only at the right.
+        return list(starmap(self.popleft, repeat((), n))), int(n == self.maxlen)
+
+
 def new_events():
     """The training thread's stamps of one record: a StampRing where the C module is built."""
     if StampRing is not None:
         return StampRing(EVENTS_MAXLEN)
-    return deque(maxlen=EVENTS_MAXLEN)
-
-
-def take_stamps(events) -> tuple[list, int]:
-    """(every stamp held, oldest first; how many were lost, or 1 where a full deque may have
-    lost some), leaving `events` empty."""
-    if type(events) is not deque:
-        return events.take()
-    n = len(events)
-    # n pops in one C loop (starmap over n empty argument tuples): no bytecode runs between
-    # them. A comprehension took 122-189 ns a stamp here, this 66-99 (two stamps a batch); the
-    # training thread appends only at the right.
-    return list(starmap(events.popleft, repeat((), n))), int(n == EVENTS_MAXLEN)
+    return DequeStamps(maxlen=EVENTS_MAXLEN)
 
 
 def py_split_stamps(pending: int | None, chunk: list, prev_t1: int | None, want_stamps: bool):
@@ -946,17 +950,17 @@ def py_split_stamps(pending: int | None, chunk: list, prev_t1: int | None, want_
             return None
     except TypeError:  # None among the stamps: an epoch starts in this chunk
         return None
-    if not t0s:
-        return [], [], trailing, None, None, None, ([] if want_stamps else None), \
-            ([] if want_stamps else None)
     t1s = list(map(operator.neg, exits))
     waits = list(map(operator.sub, t1s, t0s))
     steps = list(map(operator.sub, t0s[1:], t1s[:-1]))
-    if prev_t1 is not None and t0s[0] >= prev_t1:
-        steps.insert(0, t0s[0] - prev_t1)
+    firsts: tuple = (None, None, None)
+    if t0s:
+        firsts = (t0s[0], t1s[0], t1s[-1])
+        if prev_t1 is not None and t0s[0] >= prev_t1:
+            steps.insert(0, t0s[0] - prev_t1)
     if not want_stamps:
-        return waits, steps, trailing, t0s[0], t1s[0], t1s[-1], None, None
-    return waits, steps, trailing, t0s[0], t1s[0], t1s[-1], t0s, t1s
+        return waits, steps, trailing, *firsts, None, None
+    return waits, steps, trailing, *firsts, t0s, t1s
 
 
 def split_stamps(pending: int | None, chunk: list, prev_t1: int | None, want_stamps: bool):

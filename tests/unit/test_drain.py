@@ -185,7 +185,7 @@ def test_the_c_split_declines_what_is_not_an_int64(pending, chunk, monkeypatch):
     monkeypatch.setattr(each, "_drain_alternating", lambda chunk: False)
     each._interval_start_ns = rec._interval_start_ns  # a wait's part before it is left out
     for r in (rec, each):
-        r.events = recmod.deque(maxlen=recmod.EVENTS_MAXLEN)  # a StampRing holds int64 only
+        r.events = recmod.DequeStamps(maxlen=recmod.EVENTS_MAXLEN)  # a StampRing: int64 only
         r.in_next_since = pending
         r.events.extend(chunk)
         r.drain()
