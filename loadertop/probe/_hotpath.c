@@ -1,5 +1,6 @@
 /* The shim's hot path in C: `Stamper`, the base of loader.py's instrumented iterators; and the
- * publisher thread's drain of its stamps (`split_stamps`, `bucket_count`, for record.py).
+ * publisher thread's drain of its stamps and its reports' samples (`StampRing.take_split`,
+ * `split_stamps`, `bucket_count`, `decimate_micros`, for record.py).
  *
  * Per batch it does what loader.py's pure-Python `_PyStamper` does, with the same stamps: t0
  * (CLOCK_MONOTONIC ns, which is what time.perf_counter_ns reads on Linux), then the wrapped
@@ -226,11 +227,15 @@ ring_capacity(StampRing *self, void *closure)
     return PyLong_FromSsize_t(self->capacity);
 }
 
+static PyObject *ring_take_split(StampRing *self, PyObject *const *args, Py_ssize_t nargs);
+
 static PyMethodDef ring_methods[] = {
     {"append", (PyCFunction)ring_append, METH_O, "append(stamp): an int, or None (an epoch mark)"},
     {"extend", (PyCFunction)ring_extend, METH_O, "extend(stamps)"},
     {"take", (PyCFunction)ring_take, METH_NOARGS,
      "take() -> (stamps, lost): every stamp, oldest first; how many were overwritten"},
+    {"take_split", (PyCFunction)(void (*)(void))ring_take_split, METH_FASTCALL,
+     "take_split(pending, prev_t1, want_stamps) -> split_stamps' tuple, or None, taking nothing"},
     {NULL}
 };
 
@@ -449,9 +454,10 @@ static PyTypeObject StamperType = {
  *
  * record.py's drain turns the stamps into waits and steps while holding the GIL the training loop
  * needs. In Python (slices, min/max, map, a sort per histogram) that took ~0.4 us a batch in
- * isolation and ~0.65 us on the publisher thread of a real loop at ~40k batches/s; these two do
- * the same in one pass each. record.py keeps the pure-Python path for where this is not built,
- * and tests/unit/test_drain.py holds both to the same figures.
+ * isolation and ~0.65 us on the publisher thread of a real loop at ~40k batches/s; these do
+ * the same in one pass each (StampRing.take_split, above it, splits the ring's stamps where they
+ * lie), and decimate_micros the report's samples. record.py keeps the pure-Python path for where
+ * this is not built, and tests/unit/test_drain.py holds both to the same figures.
  */
 
 /* An exact int that fits int64, into *out; 0 (no exception set) for anything else. */
@@ -487,74 +493,36 @@ list_of(const long long *values, Py_ssize_t n)
     return list;
 }
 
-/* split_stamps(pending, chunk, prev_t1, want_stamps) -> tuple | None
- *
- * The stamps are [pending] + chunk (pending None: chunk alone), expected as t0, -t1, t0, -t1, ...
- * with an odd last t0 (a loop inside next() right now) allowed. None, touching nothing, unless
- * every t0 is an int > 0 and every exit an int < 0, all within int64 (an epoch mark, an
- * exception's 0, a stamp out of place: record.py's per-stamp loop takes that chunk).
- * Else (waits, steps, trailing, first_t0, first_t1, last_t1, t0s, t1s): waits t1 - t0; steps the
- * gaps t0[k+1] - t1[k], led by t0[0] - prev_t1 when prev_t1 is an int <= t0[0]; trailing the odd
- * last t0 or None; the firsts and last None without a whole batch; t0s and t1s (lists) only with
- * want_stamps, else None. */
-static PyObject *
-split_stamps(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+/* Whether the raw stamps s[0..total) alternate as t0, -t1, t0, -t1, ... with an odd last t0
+ * allowed: every t0 > 0, every exit < 0 and not RING_MARK (an epoch mark fails both). */
+static int
+stamps_alternate(const long long *s, Py_ssize_t total)
 {
-    if (nargs != 4) {
-        PyErr_SetString(PyExc_TypeError, "split_stamps(pending, chunk, prev_t1, want_stamps)");
-        return NULL;
-    }
-    PyObject *pending = args[0], *chunk = args[1], *prev = args[2];
-    int want = PyObject_IsTrue(args[3]);
-    if (want < 0)
-        return NULL;
-    if (!PyList_CheckExact(chunk)) {
-        PyErr_SetString(PyExc_TypeError, "split_stamps: chunk must be a list");
-        return NULL;
-    }
-    int lead = pending != Py_None;
-    Py_ssize_t total = PyList_GET_SIZE(chunk) + lead;
+    for (Py_ssize_t i = 0; i + 1 < total; i += 2)
+        if (s[i] <= 0 || s[i + 1] >= 0 || s[i + 1] == RING_MARK)
+            return 0;
+    return !(total % 2) || s[total - 1] > 0;
+}
+
+/* split_stamps' tuple from raw stamps that alternate (stamps_alternate); NULL on an error. */
+static PyObject *
+split_alternating(const long long *s, Py_ssize_t total, int has_prev, long long prev_t1, int want)
+{
     Py_ssize_t batches = total / 2;
-    PyObject *trailing = Py_None;
-    long long value;
-    if (total % 2) {
-        trailing = PyList_GET_SIZE(chunk) ? PyList_GET_ITEM(chunk, PyList_GET_SIZE(chunk) - 1)
-                                          : pending;  /* total 1: the pending t0 alone */
-        if (!as_i64(trailing, &value) || value <= 0)
-            Py_RETURN_NONE;
-    }
-    long long prev_t1 = 0;
-    int has_prev = 0;
-    if (prev != Py_None) {
-        if (!as_i64(prev, &prev_t1))
-            Py_RETURN_NONE;
-        has_prev = 1;
-    }
-    long long *t0 = PyMem_Malloc(sizeof(long long) * 2 * (size_t)(batches ? batches : 1));
-    if (t0 == NULL)
-        return PyErr_NoMemory();
-    long long *t1 = t0 + batches;
-    for (Py_ssize_t k = 0; k < batches; k++) {
-        Py_ssize_t i = 2 * k - lead;  /* chunk index of this batch's t0 (-1: pending) */
-        PyObject *enter = i < 0 ? pending : PyList_GET_ITEM(chunk, i);
-        PyObject *exit = PyList_GET_ITEM(chunk, i + 1);
-        long long e;
-        if (!as_i64(enter, &t0[k]) || t0[k] <= 0 || !as_i64(exit, &e) || e >= 0 ||
-                e == LLONG_MIN) {
-            PyMem_Free(t0);
-            Py_RETURN_NONE;
-        }
-        t1[k] = -e;
-    }
     PyObject *waits = NULL, *steps = NULL, *t0s = Py_None, *t1s = Py_None, *result = NULL;
-    PyObject *first_t0 = Py_None, *first_t1 = Py_None, *last_t1 = Py_None;
+    PyObject *trailing = Py_None, *first_t0 = Py_None, *first_t1 = Py_None, *last_t1 = Py_None;
     Py_INCREF(Py_None); Py_INCREF(Py_None); Py_INCREF(Py_None);
-    Py_INCREF(Py_None); Py_INCREF(Py_None);
-    /* waits, then steps, computed in place over a scratch copy */
-    long long *scratch = PyMem_Malloc(sizeof(long long) * (size_t)(batches + 1));
-    if (scratch == NULL) {
+    Py_INCREF(Py_None); Py_INCREF(Py_None); Py_INCREF(Py_None);
+    /* t0, t1, then waits and steps computed in place over the scratch */
+    long long *t0 = PyMem_Malloc(sizeof(long long) * (3 * (size_t)batches + 1));
+    if (t0 == NULL) {
         PyErr_NoMemory();
         goto done;
+    }
+    long long *t1 = t0 + batches, *scratch = t1 + batches;
+    for (Py_ssize_t k = 0; k < batches; k++) {
+        t0[k] = s[2 * k];
+        t1[k] = -s[2 * k + 1];
     }
     for (Py_ssize_t k = 0; k < batches; k++)
         scratch[k] = t1[k] - t0[k];
@@ -569,6 +537,11 @@ split_stamps(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     steps = list_of(scratch, n_steps);
     if (steps == NULL)
         goto done;
+    if (total % 2) {
+        Py_SETREF(trailing, PyLong_FromLongLong(s[total - 1]));
+        if (trailing == NULL)
+            goto done;
+    }
     if (batches) {
         Py_SETREF(first_t0, PyLong_FromLongLong(t0[0]));
         Py_SETREF(first_t1, PyLong_FromLongLong(t1[0]));
@@ -587,14 +560,122 @@ split_stamps(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     result = PyTuple_Pack(8, waits, steps, trailing, first_t0, first_t1, last_t1, t0s, t1s);
 done:
     PyMem_Free(t0);
-    PyMem_Free(scratch);
     Py_XDECREF(waits);
     Py_XDECREF(steps);
+    Py_XDECREF(trailing);
     Py_XDECREF(first_t0);
     Py_XDECREF(first_t1);
     Py_XDECREF(last_t1);
     Py_XDECREF(t0s);
     Py_XDECREF(t1s);
+    return result;
+}
+
+/* prev_t1 (None or an int64) into *has_prev, *value; 0 for anything else. */
+static int
+prev_stamp(PyObject *prev, int *has_prev, long long *value)
+{
+    *has_prev = prev != Py_None;
+    *value = 0;
+    return !*has_prev || as_i64(prev, value);
+}
+
+/* split_stamps(pending, chunk, prev_t1, want_stamps) -> tuple | None
+ *
+ * The stamps are [pending] + chunk (pending None: chunk alone), expected as t0, -t1, t0, -t1, ...
+ * with an odd last t0 (a loop inside next() right now) allowed. None, touching nothing, unless
+ * every t0 is an int > 0 and every exit an int < 0, all within int64 (an epoch mark, an
+ * exception's 0, a stamp out of place: record.py's per-stamp loop takes that chunk).
+ * Else (waits, steps, trailing, first_t0, first_t1, last_t1, t0s, t1s): waits t1 - t0; steps the
+ * gaps t0[k+1] - t1[k], led by t0[0] - prev_t1 when prev_t1 is an int <= t0[0]; trailing the odd
+ * last t0 or None; the firsts and last None without a whole batch; t0s and t1s (lists) only with
+ * want_stamps, else None. */
+static PyObject *
+split_stamps(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 4) {
+        PyErr_SetString(PyExc_TypeError, "split_stamps(pending, chunk, prev_t1, want_stamps)");
+        return NULL;
+    }
+    PyObject *pending = args[0], *chunk = args[1];
+    int want = PyObject_IsTrue(args[3]);
+    if (want < 0)
+        return NULL;
+    if (!PyList_CheckExact(chunk)) {
+        PyErr_SetString(PyExc_TypeError, "split_stamps: chunk must be a list");
+        return NULL;
+    }
+    int has_prev;
+    long long prev_t1;
+    if (!prev_stamp(args[2], &has_prev, &prev_t1))
+        Py_RETURN_NONE;
+    int lead = pending != Py_None;
+    Py_ssize_t total = PyList_GET_SIZE(chunk) + lead;
+    long long *s = PyMem_Malloc(sizeof(long long) * ((size_t)total + 1));
+    if (s == NULL)
+        return PyErr_NoMemory();
+    for (Py_ssize_t i = 0; i < total; i++) {
+        if (!as_i64(i < lead ? pending : PyList_GET_ITEM(chunk, i - lead), &s[i])) {
+            PyMem_Free(s);
+            Py_RETURN_NONE;
+        }
+    }
+    PyObject *result;
+    if (stamps_alternate(s, total))
+        result = split_alternating(s, total, has_prev, prev_t1, want);
+    else
+        result = Py_NewRef(Py_None);
+    PyMem_Free(s);
+    return result;
+}
+
+/* StampRing.take_split(pending, prev_t1, want_stamps) -> tuple | None
+ *
+ * take() and split_stamps(pending, stamps, prev_t1, want_stamps) at once, for the drain's steady
+ * case, reading the raw stamps where they lie: no int is made for a stamp and read back (the two
+ * calls made 4 ints a batch and read 2 of them again). None, taking nothing, where
+ * split_stamps would refuse the stamps, or when stamps were lost since the last take: the drain
+ * then take()s them and goes its general way.
+ *
+ * The stamps are copied and taken before any Python object is made: making one can start a
+ * collection whose finalizers release the GIL (see ring_take), and the loop's pushes meanwhile
+ * then stay in the ring for the next drain. Should making the result fail, the stamps taken
+ * are counted as lost, so the next take() says so. */
+static PyObject *
+ring_take_split(StampRing *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 3) {
+        PyErr_SetString(PyExc_TypeError, "take_split(pending, prev_t1, want_stamps)");
+        return NULL;
+    }
+    int want = PyObject_IsTrue(args[2]);
+    if (want < 0)
+        return NULL;
+    int has_prev, lead = args[0] != Py_None;
+    long long prev_t1, pending = 0;
+    if (self->lost || (lead && !as_i64(args[0], &pending)) ||
+            !prev_stamp(args[1], &has_prev, &prev_t1))
+        Py_RETURN_NONE;
+    /* From here to the copy's end nothing can run Python code: the count cannot change. */
+    Py_ssize_t n = (Py_ssize_t)(self->head - self->tail), total = n + lead;
+    long long *s = PyMem_Malloc(sizeof(long long) * ((size_t)total + 1));
+    if (s == NULL)
+        return PyErr_NoMemory();
+    s[0] = pending;
+    unsigned long long mask = (unsigned long long)(self->size - 1);
+    for (Py_ssize_t i = 0; i < n; i++)
+        s[lead + i] = self->buf[(self->tail + (unsigned long long)i) & mask];
+    if (!stamps_alternate(s, total)) {
+        PyMem_Free(s);
+        Py_RETURN_NONE;
+    }
+    self->tail += (unsigned long long)n;
+    if (self->head == self->tail)
+        self->head = self->tail = 0;  /* as in ring_take */
+    PyObject *result = split_alternating(s, total, has_prev, prev_t1, want);
+    PyMem_Free(s);
+    if (result == NULL)
+        self->lost += (unsigned long long)n;
     return result;
 }
 
@@ -656,6 +737,51 @@ bucket_count(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     return PyLong_FromLongLong(sum);
 }
 
+/* decimate_micros(samples, limit) -> list | None
+ *
+ * record.py's `_micros(wire.decimate(samples, limit))` in one pass: at most `limit` of the
+ * samples (ns), the (i * n // limit)-th of n, each floor-divided by 1000 (µs). Made at every
+ * report for the loop's waits and steps, ~11,000 a report at 45k batches/s: the two Python steps
+ * took 22 of the publisher thread's 69 ms in a 6 s profile here. None, making nothing, when a
+ * picked sample is not an int within int64 (Python then does it). */
+static PyObject *
+decimate_micros(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 2 || !PyList_CheckExact(args[0]) || !PyLong_CheckExact(args[1])) {
+        PyErr_SetString(PyExc_TypeError, "decimate_micros(samples: list, limit: int)");
+        return NULL;
+    }
+    PyObject *samples = args[0];
+    Py_ssize_t limit = PyLong_AsSsize_t(args[1]);
+    if (limit == -1 && PyErr_Occurred())
+        return NULL;
+    if (limit < 1) {
+        PyErr_SetString(PyExc_ValueError, "decimate_micros: limit must be >= 1");
+        return NULL;
+    }
+    Py_ssize_t n = PyList_GET_SIZE(samples), m = n <= limit ? n : limit;
+    if (n > limit && (unsigned long long)n > ULLONG_MAX / (unsigned long long)limit)
+        Py_RETURN_NONE;  /* i * n would overflow: Python's ints do it */
+    /* Read every value before making the list: its allocation can run Python code. */
+    long long *values = PyMem_Malloc(sizeof(long long) * ((size_t)m + 1));
+    if (values == NULL)
+        return PyErr_NoMemory();
+    for (Py_ssize_t i = 0; i < m; i++) {
+        Py_ssize_t at = n <= limit ? i : (Py_ssize_t)(
+            (unsigned long long)i * (unsigned long long)n / (unsigned long long)limit);
+        long long v;
+        if (!as_i64(PyList_GET_ITEM(samples, at), &v)) {
+            PyMem_Free(values);
+            Py_RETURN_NONE;
+        }
+        long long q = v / 1000;  /* C truncates toward zero; Python's // floors */
+        values[i] = (v % 1000 != 0 && v < 0) ? q - 1 : q;
+    }
+    PyObject *out = list_of(values, m);
+    PyMem_Free(values);
+    return out;
+}
+
 static PyObject *
 clock_ns(PyObject *module, PyObject *unused)
 {
@@ -668,6 +794,8 @@ static PyMethodDef module_methods[] = {
      "split_stamps(pending, chunk, prev_t1, want_stamps): the drain's bulk path (record.py)"},
     {"bucket_count", (PyCFunction)(void (*)(void))bucket_count, METH_FASTCALL,
      "bucket_count(bounds, counts, values): BucketCounts.add's counting (record.py)"},
+    {"decimate_micros", (PyCFunction)(void (*)(void))decimate_micros, METH_FASTCALL,
+     "decimate_micros(samples, limit): a report's samples, decimated, in us (record.py)"},
     {NULL}
 };
 

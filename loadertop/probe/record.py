@@ -24,10 +24,11 @@ from loadertop.probe import resources, stacks, torch_internals
 try:  # the stamps' ring and the drain's bulk path in C (probe/_hotpath.c), built with the hot path
     from loadertop.probe._hotpath import StampRing
     from loadertop.probe._hotpath import bucket_count as _c_bucket_count
+    from loadertop.probe._hotpath import decimate_micros as _c_decimate_micros
     from loadertop.probe._hotpath import split_stamps as _c_split_stamps
 except ImportError:  # pragma: no cover - CI fails where it is missing (test_hotpath)
     StampRing = None
-    _c_bucket_count = _c_split_stamps = None
+    _c_bucket_count = _c_split_stamps = _c_decimate_micros = None
 
 EVENTS_MAXLEN = 1 << 16  # stamps held between drains (>= 4 Hz) before the oldest are lost
 LOOP_CPU_SAMPLE_NS = 10_000_000  # num_workers=0: measure the loop's fetch CPU every >= 10 ms
@@ -344,9 +345,21 @@ class LoaderRecord:
         epoch mark, an exception exit or an overflow gap take the per-stamp loop. With the stamps
         still in a deque, the whole drain took 595 ns a batch here through Python's bulk path and
         236-308 through the C one (the median of 30 drains of 5,000 batches of a real
-        num_workers=0 loader).
+        num_workers=0 loader). Splitting in the ring (`take_split`) and decimating the report's
+        samples in C (`decimated_micros`) took the publisher thread of that loader from 0.97-1.12 %
+        of a core to 0.47-0.52 % at 38-57k batches/s (tests/benchmarks/probe_cpu.py, fast0, three
+        6 s runs of each, alternated).
         """
-        chunk, lost = self.events.take()
+        events = self.events
+        # A StampRing splits its steady stamps where they lie (no int made per stamp, then read
+        # back); refused (a mark, a 0, lost stamps), they are taken and go the general way.
+        take_split = getattr(events, "take_split", None)
+        if take_split is None or not self._drain_split(
+                take_split(self.in_next_since, self._prev_t1, self._want_stamps())):
+            self._drain_taken(*events.take())
+        self._drain_loop_samples()
+
+    def _drain_taken(self, chunk: list, lost: int) -> None:
         if lost:
             self.dropped += 1  # stamps were lost: their waits and steps are not counted
             self._break_pairing("overflow")  # the batch count of this epoch is lost
@@ -354,6 +367,8 @@ class LoaderRecord:
             self.in_next_since = self._prev_t1 = None
         if chunk and not self._drain_alternating(chunk):
             self._drain_segments(chunk)
+
+    def _drain_loop_samples(self) -> None:
         loop = self.loop_samples
         while loop:
             wall, cpu, fetch, collate, produced = loop.popleft()
@@ -375,14 +390,22 @@ class LoaderRecord:
         if self._pairing is not None and self._pairing.unpaired is None:
             self._pairing.unpaired = reason
 
+    def _want_stamps(self) -> bool:
+        """Whether the drain needs the batches' own stamps: while the epoch's are paired."""
+        pairing = self._pairing
+        return pairing is not None and pairing.unpaired is None
+
     def _drain_alternating(self, chunk: list[int]) -> bool:
         """Bulk path for [t0, -t1, t0, -t1, ...]; False (nothing consumed) if the chunk isn't so
         (an epoch mark, an exception's 0, a stamp out of place: `split_stamps`)."""
-        pairing = self._pairing
-        parts = split_stamps(self.in_next_since, chunk, self._prev_t1,
-                             pairing is not None and pairing.unpaired is None)
+        return self._drain_split(split_stamps(self.in_next_since, chunk, self._prev_t1,
+                                              self._want_stamps()))
+
+    def _drain_split(self, parts: tuple | None) -> bool:
+        """Take in `split_stamps`' result; False for its None (nothing was consumed)."""
         if parts is None:
             return False
+        pairing = self._pairing
         waits, steps, trailing, first_t0, first_t1, last_t1, t0s, t1s = parts
         self.in_next_since = trailing
         if first_t0 is None:
@@ -782,14 +805,14 @@ class LoaderRecord:
                 return None
             return wire.StageReport(
                 paired=self._paired, producing_ns=self._producing_ns, handoff_ns=self._handoff_ns,
-                handoff_us=_micros(wire.decimate(self._handoff_samples)),
-                fetch_us=_micros(wire.decimate(self._stage_fetch)),
-                collate_us=_micros(wire.decimate(self._stage_collate)))
+                handoff_us=decimated_micros(self._handoff_samples),
+                fetch_us=decimated_micros(self._stage_fetch),
+                collate_us=decimated_micros(self._stage_collate))
         pairing = self._pairing
         tensors, size = self._tensors if self._tensors is not None else (None, None)
         return wire.StageReport(
             paired=self._paired, producing_ns=self._producing_ns, handoff_ns=self._handoff_ns,
-            handoff_us=_micros(wire.decimate(self._handoff_samples)),
+            handoff_us=decimated_micros(self._handoff_samples),
             unpaired=self._unpaired_reason(pairing) if not self._paired else None,
             batch_tensors=tensors, batch_bytes=size)
 
@@ -846,8 +869,8 @@ class LoaderRecord:
             sent_at=sent_at, interval_s=min(3600.0, max(0, now_ns - start) / 1e9),
             config=self.config, epoch=self.epoch, batches=self._batches,
             batches_total=self.batches_total, wait_ns=wait_ns, step_ns=self._step_ns,
-            wait_us=_micros(wire.decimate(self._wait_samples)),
-            step_us=_micros(wire.decimate(self._step_samples)),
+            wait_us=decimated_micros(self._wait_samples),
+            step_us=decimated_micros(self._step_samples),
             blocked_ms=blocked_ms, queue=queue, workers=workers,
             loop_fetch_us=wire.decimate(self._loop_us), loop_fetch_wall_ns=self._loop_wall,
             loop_fetch_cpu_ns=self._loop_cpu, dropped=dropped,
@@ -981,6 +1004,20 @@ def _thread_cpu_clock() -> int | None:
 
 def _micros(samples_ns: list[int]) -> list[int]:
     return [v // 1000 for v in samples_ns]
+
+
+def py_decimated_micros(samples_ns: list[int]) -> list[int]:
+    """A report's samples: at most wire.MAX_SAMPLES of them (`wire.decimate`), in µs."""
+    return _micros(wire.decimate(samples_ns))
+
+
+def decimated_micros(samples_ns: list[int]) -> list[int]:
+    """`py_decimated_micros`, in C where it is built: one pass, no list in between."""
+    if _c_decimate_micros is not None:
+        out = _c_decimate_micros(samples_ns, wire.MAX_SAMPLES)
+        if out is not None:
+            return out
+    return py_decimated_micros(samples_ns)
 
 
 def _weak(obj):

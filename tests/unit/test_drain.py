@@ -1,10 +1,13 @@
 """The publisher thread's drain: its bulk path (`split_stamps`, in C where it is built, and in
 Python) gives the same figures as the per-stamp loop, for every shape of chunk the hot path makes:
 epoch marks first, inside and last, an exception's 0, and a loop inside next() between drains;
-and the histogram counting in C (`bucket_count`) counts as the Python one does."""
+the ring's own split (`StampRing.take_split`) equals take() then the split, and takes nothing
+where it refuses; and the histogram counting and the report's decimation in C (`bucket_count`,
+`decimate_micros`) give what the Python ones do."""
 
 from __future__ import annotations
 
+import gc
 import random
 
 import pytest
@@ -81,19 +84,21 @@ def implementation(request, monkeypatch):
 
 def test_the_bulk_drain_equals_the_per_stamp_loop(monkeypatch, implementation):
     bulk, each = _record("bulk"), _record("each")
+    # the reference: every stamp through the per-stamp loop (a deque has no take_split)
+    each.events = recmod.DequeStamps(maxlen=recmod.EVENTS_MAXLEN)
+    monkeypatch.setattr(each, "_drain_alternating", lambda chunk: False)
     calls = {"bulk": 0}
-    original = recmod.LoaderRecord._drain_alternating
+    original = recmod.LoaderRecord._drain_split
 
-    def counted(self, chunk):
-        done = original(self, chunk)
+    def counted(self, parts):
+        done = original(self, parts)
         calls["bulk"] += done
         return done
 
-    monkeypatch.setattr(recmod.LoaderRecord, "_drain_alternating", counted)
+    monkeypatch.setattr(recmod.LoaderRecord, "_drain_split", counted)
     for items in _script():
         _feed(bulk, items)
         bulk.drain()
-        monkeypatch.setattr(each, "_drain_alternating", lambda chunk: False)
         _feed(each, items)
         each.drain()
         assert _figures(bulk) == _figures(each), items
@@ -246,3 +251,115 @@ def test_lost_stamps_are_counted_and_nothing_is_paired_across_the_gap(implementa
     rec.events.extend([-(BASE + 10**9 + 700), *_batches(BASE + 10**10, 3)])
     rec.drain()
     assert rec.dropped == 1 and rec.batches_total == recmod.EVENTS_MAXLEN // 2 + 3
+
+
+needs_ring = pytest.mark.skipif(recmod.StampRing is None, reason="the C drain is not built here")
+
+
+@needs_ring
+def test_the_rings_split_equals_take_then_split():
+    rng = random.Random(11)
+    seen = {"split": 0, "declined": 0}
+    for pending, chunk, prev in _chunks(rng):
+        if any(s is not None and not -2**63 < s < 2**63 for s in [pending, *chunk]):
+            continue
+        for want in (False, True):
+            ring, other = recmod.StampRing(1 << 12), recmod.StampRing(1 << 12)
+            ring.extend(chunk)
+            other.extend(chunk)
+            got = ring.take_split(pending, prev, want)
+            taken, lost = other.take()
+            expected = recmod._c_split_stamps(pending, taken, prev, want)
+            assert got == expected and lost == 0, (pending, chunk, prev, want)
+            if got is None:  # refused: nothing taken
+                seen["declined"] += 1
+                assert ring.take() == (taken, 0)
+            else:
+                seen["split"] += 1
+                assert len(ring) == 0 and ring.take() == ([], 0)
+    assert seen["split"] > 300 and seen["declined"] > 50
+
+
+@needs_ring
+@pytest.mark.parametrize("pending, prev", [(True, None), (2**63, None), (1.5, None),
+                                           (None, 2**64), (None, "x")])
+def test_the_rings_split_declines_a_pending_or_last_exit_that_is_not_an_int64(pending, prev):
+    ring = recmod.StampRing(16)
+    ring.extend([BASE, -(BASE + 5)])
+    assert ring.take_split(pending, prev, True) is None
+    assert ring.take() == ([BASE, -(BASE + 5)], 0)
+
+
+@needs_ring
+def test_the_rings_split_leaves_lost_stamps_to_take():
+    ring = recmod.StampRing(8)
+    ring.extend(_batches(BASE, 5))  # 10 stamps into 8: 2 lost
+    assert ring.take_split(None, None, False) is None
+    stamps, lost = ring.take()
+    assert lost == 2 and stamps == _batches(BASE, 5)[2:]
+    ring.extend(_batches(BASE, 2))
+    assert ring.take_split(None, None, False)[0] == [700, 700]  # the loss was reported once
+
+
+@needs_ring
+def test_a_stamp_pushed_while_the_rings_split_allocates_stays_for_the_next_drain():
+    """As for take() (test_hotpath): making the result can run a collection whose finalizer
+    pushes, as the training thread could while the GIL is released."""
+    ring = recmod.StampRing(1 << 10)
+    ring.extend(_batches(BASE, 3))
+
+    class PushesWhenFreed:
+        def __del__(self):
+            ring.append(BASE + 10_000)
+
+    thresholds = gc.get_threshold()
+    gc.collect()
+    try:
+        cyclic = PushesWhenFreed()
+        cyclic.me = cyclic
+        del cyclic
+        gc.set_threshold(1)  # the next GC-tracked allocation collects (CPython 3.11: at once)
+        parts = ring.take_split(None, None, True)
+    finally:
+        gc.set_threshold(*thresholds)
+    assert parts[0] == [700, 700, 700] and parts[6] == [BASE, BASE + 1000, BASE + 2000]
+    assert ring.take() == ([BASE + 10_000], 0)
+
+
+def test_a_records_drain_through_the_rings_split_gives_the_figures_of_take(monkeypatch):
+    """The drain's figures are the same whichever way its steady stamps go: the ring's split,
+    or take() and the split of the list."""
+    if recmod.StampRing is None:
+        pytest.skip("the C drain is not built here")
+    split, taken = _record("split"), _record("taken")
+    taken.events = recmod.DequeStamps(maxlen=recmod.EVENTS_MAXLEN)
+    took = {"split": 0, "taken": 0}
+    original = recmod.LoaderRecord._drain_taken
+
+    def spy(self, chunk, lost):
+        took[self.name] += 1
+        original(self, chunk, lost)
+
+    monkeypatch.setattr(recmod.LoaderRecord, "_drain_taken", spy)
+    drains = 0
+    for items in _script():
+        for rec in (split, taken):
+            _feed(rec, items)
+            rec.drain()
+        drains += 1
+        assert _figures(split) == _figures(taken), items
+    assert split.batches_total == taken.batches_total > 20
+    assert took["taken"] == drains and 0 < took["split"] <= drains - 3  # 3 drains were steady
+
+
+@pytest.mark.skipif(recmod._c_decimate_micros is None, reason="the C drain is not built here")
+def test_the_c_decimation_equals_the_python_one():
+    rng = random.Random(5)
+    limit = recmod.wire.MAX_SAMPLES
+    for n in (0, 1, 999, limit - 1, limit, limit + 1, 2 * limit + 7, 13_000, 100_003):
+        samples = [rng.randrange(-10**7, 10**12) for _ in range(n)]
+        samples[:4] = [-1, -1000, -1001, 999][:n]  # floor division of negatives, as Python's
+        assert recmod._c_decimate_micros(samples, limit) == recmod.py_decimated_micros(samples)
+    for samples in ([1, 2.5], [2**63], [True]):
+        assert recmod._c_decimate_micros(samples, limit) is None
+        assert recmod.decimated_micros(samples) == recmod.py_decimated_micros(samples)
