@@ -79,6 +79,7 @@ def implementation(request, monkeypatch):
         monkeypatch.setattr(recmod, "StampRing", None)  # the records' stamps in a deque
         monkeypatch.setattr(recmod, "_c_split_stamps", None)
         monkeypatch.setattr(recmod, "_c_bucket_count", None)
+        monkeypatch.setattr(recmod, "_c_decimate_micros", None)
     return request.param
 
 
