@@ -60,6 +60,25 @@ typedef struct {
 
 static PyTypeObject StampRingType;
 
+/* The n oldest stamps held, into dst; the ring is left as it is. */
+static void
+ring_copy(const StampRing *r, long long *dst, Py_ssize_t n)
+{
+    unsigned long long mask = (unsigned long long)(r->size - 1);
+    for (Py_ssize_t i = 0; i < n; i++)
+        dst[i] = r->buf[(r->tail + (unsigned long long)i) & mask];
+}
+
+/* Take the n oldest stamps held. Empty, the ring starts again at its start, whose cache lines
+ * the loop's pushes and this read have just touched, not round the whole ring. */
+static void
+ring_drop(StampRing *r, Py_ssize_t n)
+{
+    r->tail += (unsigned long long)n;
+    if (r->head == r->tail)
+        r->head = r->tail = 0;
+}
+
 static int
 ring_grow(StampRing *r)
 {
@@ -70,8 +89,7 @@ ring_grow(StampRing *r)
     if (buf == NULL)
         return 0;  /* no memory: overwrite, as at full capacity */
     Py_ssize_t n = (Py_ssize_t)(r->head - r->tail);
-    for (Py_ssize_t i = 0; i < n; i++)
-        buf[i] = r->buf[(r->tail + (unsigned long long)i) & (unsigned long long)(r->size - 1)];
+    ring_copy(r, buf, n);
     PyMem_Free(r->buf);
     r->buf = buf;
     r->size = size;
@@ -143,44 +161,34 @@ ring_extend(StampRing *self, PyObject *items)
 /* take() -> (stamps, lost): every stamp held, oldest first, as ints (None for a mark), and how
  * many were overwritten since the last take(); the ring is then empty.
  *
- * Allocating the list (a GC-tracked object) can start a collection, whose finalizers can release
- * the GIL and let the training thread push more stamps: the count is read again after it, and
- * between that read and advancing `tail` nothing here can run Python code (ints are not
- * GC-tracked), so no push is taken twice or dropped. */
+ * The stamps are copied and taken before any Python object is made: making the list (a
+ * GC-tracked object) can start a collection whose finalizers release the GIL and let the
+ * training thread push more stamps, which then stay in the ring for the next take. Should
+ * making the result fail, what was taken is counted as lost, so the next take() says so. */
 static PyObject *
 ring_take(StampRing *self, PyObject *unused)
 {
     Py_ssize_t n = (Py_ssize_t)(self->head - self->tail);
-    PyObject *list = PyList_New(n);
-    while (list != NULL && (Py_ssize_t)(self->head - self->tail) != n) {
-        Py_DECREF(list);
-        n = (Py_ssize_t)(self->head - self->tail);
-        list = PyList_New(n);
-    }
-    if (list == NULL)
-        return NULL;
-    unsigned long long mask = (unsigned long long)(self->size - 1);
-    for (Py_ssize_t i = 0; i < n; i++) {
-        long long v = self->buf[(self->tail + (unsigned long long)i) & mask];
-        PyObject *item;
-        if (v == RING_MARK) {
-            item = Py_None;
-            Py_INCREF(item);
-        }
-        else if ((item = PyLong_FromLongLong(v)) == NULL) {
-            Py_DECREF(list);
-            return NULL;
-        }
-        PyList_SET_ITEM(list, i, item);
-    }
+    long long *s = PyMem_Malloc(sizeof(long long) * ((size_t)n + 1));
+    if (s == NULL)
+        return PyErr_NoMemory();
+    ring_copy(self, s, n);
+    ring_drop(self, n);
     unsigned long long lost = self->lost;
-    self->tail += (unsigned long long)n;
     self->lost = 0;
-    if (self->head == self->tail)
-        /* Empty: the next stamps go to the start again, whose cache lines the loop's pushes and
-         * this read have just touched, not round the whole ring. */
-        self->head = self->tail = 0;
-    return Py_BuildValue("(NK)", list, lost);
+    PyObject *list = PyList_New(n);
+    for (Py_ssize_t i = 0; list != NULL && i < n; i++) {
+        PyObject *item = s[i] == RING_MARK ? Py_NewRef(Py_None) : PyLong_FromLongLong(s[i]);
+        if (item == NULL)
+            Py_CLEAR(list);
+        else
+            PyList_SET_ITEM(list, i, item);
+    }
+    PyMem_Free(s);
+    PyObject *result = list != NULL ? Py_BuildValue("(NK)", list, lost) : NULL;
+    if (result == NULL)
+        self->lost += lost + (unsigned long long)n;
+    return result;
 }
 
 static Py_ssize_t
@@ -637,10 +645,8 @@ split_stamps(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
  * split_stamps would refuse the stamps, or when stamps were lost since the last take: the drain
  * then take()s them and goes its general way.
  *
- * The stamps are copied and taken before any Python object is made: making one can start a
- * collection whose finalizers release the GIL (see ring_take), and the loop's pushes meanwhile
- * then stay in the ring for the next drain. Should making the result fail, the stamps taken
- * are counted as lost, so the next take() says so. */
+ * As in ring_take, the stamps are copied and taken before any Python object is made, and
+ * counted as lost should making the result fail. */
 static PyObject *
 ring_take_split(StampRing *self, PyObject *const *args, Py_ssize_t nargs)
 {
@@ -662,16 +668,12 @@ ring_take_split(StampRing *self, PyObject *const *args, Py_ssize_t nargs)
     if (s == NULL)
         return PyErr_NoMemory();
     s[0] = pending;
-    unsigned long long mask = (unsigned long long)(self->size - 1);
-    for (Py_ssize_t i = 0; i < n; i++)
-        s[lead + i] = self->buf[(self->tail + (unsigned long long)i) & mask];
+    ring_copy(self, s + lead, n);
     if (!stamps_alternate(s, total)) {
         PyMem_Free(s);
         Py_RETURN_NONE;
     }
-    self->tail += (unsigned long long)n;
-    if (self->head == self->tail)
-        self->head = self->tail = 0;  /* as in ring_take */
+    ring_drop(self, n);
     PyObject *result = split_alternating(s, total, has_prev, prev_t1, want);
     PyMem_Free(s);
     if (result == NULL)

@@ -365,8 +365,7 @@ class LoaderRecord:
             self._break_pairing("overflow")  # the batch count of this epoch is lost
             # the entry still pending, and the last exit, may be the lost stamps' neighbours
             self.in_next_since = self._prev_t1 = None
-        if chunk and not self._drain_alternating(chunk):
-            self._drain_segments(chunk)
+        self._drain_segments(chunk)
 
     def _drain_loop_samples(self) -> None:
         loop = self.loop_samples
@@ -434,11 +433,11 @@ class LoaderRecord:
         self._receipts.extend(zip([pairing] * len(t0s), range(c, c + len(t0s)), t0s, t1s))
 
     def _drain_segments(self, chunk: list) -> None:
-        """A chunk the bulk path refused: split at its epoch marks, each stretch between them
-        tried in bulk again, and only a stretch that still refuses (an exception's 0, an exit
-        whose entry was lost) goes stamp by stamp. A loader re-iterated every few hundred ms (a
-        validation pass, a benchmark's rounds) puts a mark in many chunks; the whole chunk then
-        took the per-stamp loop."""
+        """Taken stamps: split at their epoch marks, each stretch between them tried in bulk,
+        and only a stretch the bulk path refuses (an exception's 0, an exit whose entry was lost)
+        goes stamp by stamp. A loader re-iterated every few hundred ms (a validation pass, a
+        benchmark's rounds) puts a mark in many chunks; the whole chunk once took the per-stamp
+        loop."""
         start, end = 0, len(chunk)
         while start < end:
             try:
@@ -1002,13 +1001,9 @@ def _thread_cpu_clock() -> int | None:
         return None
 
 
-def _micros(samples_ns: list[int]) -> list[int]:
-    return [v // 1000 for v in samples_ns]
-
-
 def py_decimated_micros(samples_ns: list[int]) -> list[int]:
     """A report's samples: at most wire.MAX_SAMPLES of them (`wire.decimate`), in µs."""
-    return _micros(wire.decimate(samples_ns))
+    return [v // 1000 for v in wire.decimate(samples_ns)]
 
 
 def decimated_micros(samples_ns: list[int]) -> list[int]:

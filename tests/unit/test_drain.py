@@ -7,11 +7,11 @@ where it refuses; and the histogram counting and the report's decimation in C (`
 
 from __future__ import annotations
 
-import gc
 import random
 
 import pytest
 import torch
+from gc_race import call_while_a_finalizer_runs
 from torch.utils.data import DataLoader, TensorDataset
 
 from loadertop.probe import record as recmod
@@ -308,21 +308,8 @@ def test_a_stamp_pushed_while_the_rings_split_allocates_stays_for_the_next_drain
     pushes, as the training thread could while the GIL is released."""
     ring = recmod.StampRing(1 << 10)
     ring.extend(_batches(BASE, 3))
-
-    class PushesWhenFreed:
-        def __del__(self):
-            ring.append(BASE + 10_000)
-
-    thresholds = gc.get_threshold()
-    gc.collect()
-    try:
-        cyclic = PushesWhenFreed()
-        cyclic.me = cyclic
-        del cyclic
-        gc.set_threshold(1)  # the next GC-tracked allocation collects (CPython 3.11: at once)
-        parts = ring.take_split(None, None, True)
-    finally:
-        gc.set_threshold(*thresholds)
+    parts = call_while_a_finalizer_runs(lambda: ring.append(BASE + 10_000),
+                                        lambda: ring.take_split(None, None, True))
     assert parts[0] == [700, 700, 700] and parts[6] == [BASE, BASE + 1000, BASE + 2000]
     assert ring.take() == ([BASE + 10_000], 0)
 

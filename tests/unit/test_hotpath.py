@@ -12,6 +12,7 @@ import time
 import types
 
 import pytest
+from gc_race import call_while_a_finalizer_runs
 
 from loadertop.probe import loader
 
@@ -274,21 +275,7 @@ def test_a_stamp_pushed_while_take_allocates_is_neither_lost_nor_taken_twice():
     code: here it pushes a stamp, as the training thread could while the GIL is released."""
     ring = loader._hotpath.StampRing(1 << 10)
     ring.extend([1, -2, 3])
-
-    class PushesWhenFreed:
-        def __del__(self):
-            ring.append(-4)
-
-    thresholds = gc.get_threshold()
-    gc.collect()
-    try:
-        cyclic = PushesWhenFreed()
-        cyclic.me = cyclic
-        del cyclic
-        gc.set_threshold(1)  # the next GC-tracked allocation collects (CPython 3.11: at once)
-        first, lost = ring.take()
-    finally:
-        gc.set_threshold(*thresholds)
+    first, lost = call_while_a_finalizer_runs(lambda: ring.append(-4), ring.take)
     second, _ = ring.take()
     assert lost == 0
     assert first + second == [1, -2, 3, -4]  # each stamp once, in order
