@@ -42,6 +42,7 @@ PAIR_MAX_PENDING = 1 << 16
 # Hang forensics: past this long inside one next() (the loop) or one batch (a worker), each
 # report carries the thread's stack, taken again at most once per STACK_REFRESH_NS.
 STACK_AFTER_NS = int(stacks.STACK_AFTER_S * 1e9)
+STACK_SEARCH_GAP_NS = 1_000_000_000  # a stuck worker without a stack file: looked for this often
 STACK_REFRESH_NS = int(stacks.STACK_REFRESH_S * 1e9)  # the loop's; a worker's first re-ask
 STACK_ASK_MAX_GAP_NS = 8 * STACK_REFRESH_NS  # a worker still inside that batch: asked at most this rarely
 
@@ -230,7 +231,8 @@ class LoaderRecord:
         self._busy_since: dict[int, int] = {}  # worker id -> inside a batch since (perf ns)
         self._idle_seen: dict[int, int] = {}  # worker id -> last seen with no work outstanding
         self._worker_stacks: dict[int, _StackAsk] = {}  # worker id -> its stack, asked for
-        self._stack_files: dict[int, str] = {}  # pid -> the stack file its start message announced
+        self._stack_files: dict[int, str] = {}  # pid -> its stack file (announced, or found)
+        self._stack_search_at: dict[int, int] = {}  # pid -> when to look for its file again
         self._loop_stack: tuple[int, wire.Stack | None] | None = None
         self._rng: dict[int, tuple[int, dict[str, str]]] = {}  # pid -> (worker id, digests)
         # --- slow readings: set by the publisher every RESOURCE_S, sent with the next report ---
@@ -688,6 +690,8 @@ class LoaderRecord:
         within the next report; the latest one is read at each report."""
         busy = self._busy_ms(wid, now_ns)
         path = self._stack_files.get(pid) if pid is not None else None
+        if path is None and busy is not None and busy * 1e6 >= STACK_AFTER_NS and watched:
+            path = self._find_stack_file(wid, pid, now_ns)
         if busy is None or busy * 1e6 < STACK_AFTER_NS or path is None:
             self._worker_stacks.pop(wid, None)
             return None
@@ -705,6 +709,23 @@ class LoaderRecord:
         if stack is not None:
             ask.stack = stack
         return ask.stack
+
+    def _find_stack_file(self, wid: int, pid: int | None, now_ns: int) -> str | None:
+        """The stack file of a worker stuck before its start message (it goes after the first
+        batch), looked for among its open files at most every STACK_SEARCH_GAP_NS."""
+        if pid is None or now_ns < self._stack_search_at.get(pid, 0):
+            return None
+        status = self._worker_status.get(wid)
+        if status is None or status[0] != pid or not status[1]:  # a live worker of this epoch
+            return None
+        path = stacks.find_worker_stack_file(pid, self.stack_dir)
+        if path is None:
+            if len(self._stack_search_at) >= wire.MAX_WORKERS:
+                self._stack_search_at.clear()
+            self._stack_search_at[pid] = now_ns + STACK_SEARCH_GAP_NS
+        elif len(self._stack_files) < wire.MAX_WORKERS:
+            self._stack_files[pid] = path
+        return path
 
     def _loop_stack_now(self, now_ns: int) -> wire.Stack | None:
         since = self.in_next_since

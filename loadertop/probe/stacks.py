@@ -6,8 +6,10 @@
   ~1 ms of CPU at every epoch start). Its hook registers CPython's faulthandler for STACK_SIGNAL
   (SIGURG, ignored by default) with an anonymous memory file (read here as /proc/<pid>/fd/<fd>;
   `<pid>.txt` in the private discovery directory where there is no memfd), and names it in its
-  start message. When torch's `_task_info` shows that worker inside one batch for
-  STACK_AFTER_S and a viewer is subscribed, the main process sends it STACK_SIGNAL
+  start message, sent after its first batch; for a worker stuck before that, the main process
+  finds it among the worker's open files (`find_worker_stack_file`). When torch's `_task_info`
+  shows that worker inside one batch for STACK_AFTER_S and a viewer is subscribed, the main
+  process sends it STACK_SIGNAL
   (`ask_worker_stack`), again after 1, 2 and 4 s, then every 8 s while it stays there (record.py
   `_worker_stack`); the C handler writes the stack of the thread it
   interrupts (the worker's main thread, torch's worker loop) even while it is stuck in C holding
@@ -34,6 +36,7 @@ from loadertop import wire
 # The worker's side lives in probe/worker.py, which a worker imports alone.
 from loadertop.probe.worker import (  # noqa: F401
     STACK_AFTER_S,
+    STACK_MEMFD_NAME,
     STACK_REFRESH_S,
     STACK_SIGNAL,
     stack_file_in,
@@ -148,6 +151,35 @@ def is_worker_stack_file(path: str, pid: int, stack_dir: str | None) -> bool:
     if re.fullmatch(rf"/proc/{pid}/fd/\d{{1,9}}", path):
         return True
     return bool(stack_dir) and path == stack_file_in(stack_dir, pid)
+
+
+MAX_FDS_SEARCHED = 4096  # a worker's open files looked at for its memfd, lowest numbers first
+
+
+def find_worker_stack_file(pid: int, stack_dir: str | None) -> str | None:
+    """The stack file `arm_stack_dump` made in worker `pid`, found without its start message:
+    a worker sends that after its first batch, so one stuck in that batch never does. Its memfd
+    (named STACK_MEMFD_NAME; made before the worker's other files, so among its lowest fds) as
+    /proc/<pid>/fd/<fd>, else its file in `stack_dir`; None where it has neither: nothing armed,
+    or the program took STACK_SIGNAL and the worker withdrew it (worker._stack_file)."""
+    fd_dir = f"/proc/{pid}/fd"
+    memfd = f"/memfd:{STACK_MEMFD_NAME}"
+    try:
+        fds = sorted(int(name) for name in os.listdir(fd_dir) if name.isdigit())
+    except OSError:
+        fds = []
+    for fd in fds[:MAX_FDS_SEARCHED]:
+        try:
+            target = os.readlink(f"{fd_dir}/{fd}")
+        except OSError:
+            continue
+        if target in (memfd, f"{memfd} (deleted)"):
+            return f"{fd_dir}/{fd}"
+    if stack_dir:
+        path = stack_file_in(stack_dir, pid)
+        if os.path.exists(path):
+            return path
+    return None
 
 
 def ask_worker_stack(pid: int) -> bool:

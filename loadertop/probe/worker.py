@@ -21,8 +21,11 @@ among plain workers' 40 top symbols).
 faulthandler's `dump_traceback_later` starts such a thread too (its C watchdog): with the import
 of faulthandler in the child, as the worker did it, +0.94 to +1.22 ms. Every epoch start of a
 loader without persistent workers paid both, in every worker. So:
-- the socket is made and connected on the worker's own thread, in the hook, before the first
-  batch (`socket()` plus a non-blocking `connect()`, nothing waited for);
+- the socket is made and connected on the worker's own thread (`socket()` plus a non-blocking
+  `connect()`, nothing waited for), and not before the first batch: until then everything is
+  held (the start message and the first batch's sample), and goes out when torch's
+  `_worker_loop` asks for the second batch (`after_first_batch`), or when the worker exits if it
+  gets no second task (a `multiprocessing.util.Finalize`);
 - hang forensics are a signal handler, not a watchdog: the hook registers CPython's
   `faulthandler.register(STACK_SIGNAL)` with a memfd (`arm_stack_dump`), and the main process,
   which knows from torch's `_task_info` which worker has been inside one batch for
@@ -30,11 +33,16 @@ loader without persistent workers paid both, in every worker. So:
   interrupted thread's stack, even while it is stuck in C holding the GIL.
 
 This module imports only the standard library (a spawned worker imports it to unpickle the hook),
-and the messages are written without msgspec (probe/sample_codec.py). What is left before a fork
-worker's first batch is mostly the first touch of pages shared with the parent: timed inside
-real fork workers here (medians of 80), the hook's setup ~0.6-0.9 ms (the stack handler ~0.26,
-the connect ~0.21, resetting SIGTERM ~0.11) and the start message ~0.6-0.9 ms (reading and
-digesting the random states); on two cores that added +1.0 to +1.6 ms to an epoch's first batch.
+and the messages are written without msgspec (probe/sample_codec.py). What a fork worker does
+before its first batch costs mostly the first touch of pages shared with its parent (~5 µs a
+page fault on this VM). Before the first batch are only what must be: the stack handler (a
+worker stuck in that very batch is the classic fork deadlock; the main process finds its memfd
+without the start message), SIGTERM's reset, the fetch timing, and copying the random states
+before the dataset draws (probe/rng.py). Timed inside real 2-worker fork workers here (medians
+of ~200 workers, 120 epochs), the hook plus the start message took 1414 µs (184 page faults)
+sent before the first batch, and 646 µs (88 faults) with the sending after it and torch's
+generator named by its seed; an epoch's `iter()` and first batch, in-process, 400 shuffled
+rounds: +1.44 ms over plain then, +0.92 ms now (A/A -0.23 ms).
 """
 
 from __future__ import annotations
@@ -60,6 +68,7 @@ STACK_REFRESH_S = 1.0  # then again after this, doubling
 # handler (a worker that could not register it, a pid just reused) does nothing there; Python
 # programs do not use it (only sockets' out-of-band data, with F_SETOWN, raise it).
 STACK_SIGNAL = signal.SIGURG
+STACK_MEMFD_NAME = "loadertop-stack"  # how the main process finds it (probe/stacks.py)
 
 
 class _Sender:
@@ -84,6 +93,8 @@ class _Sender:
         self._retry_at = 0
         self._give_up_at = 0
         self._writer = sample_codec.SampleWriter(source, worker_id, self.pid)
+        # True until `after_first_batch`: nothing is connected or sent before, all is held.
+        self.deferred = False
 
     def send(self, fetch_ns: int, cpu_ns: int, collate_ns: int = 0, done_ns: int = 0,
              generation: int = 0, seq: int = 0, ended: bool = False,
@@ -96,20 +107,31 @@ class _Sender:
 
     def send_start(self, dataset, stack_file: str | None = None) -> None:
         """Once per worker process, before its first batch (after the user's worker_init_fn):
-        digests of the random states it starts with (read, never drawn from)."""
+        the random states it starts with, copied now (read, never drawn from), digested when
+        the message is written (after the first batch where sending is deferred)."""
         try:
-            digests = rng.digest(rng.capture(dataset))
+            captured = rng.capture(dataset)
         except Exception:
-            digests = {}
-        payload = (digests, stack_file)
+            captured = []
+        payload = (captured, stack_file)
         if self.socket is None and self._hold("start", payload):
             return
         self._send_now("start", payload)
 
+    def after_first_batch(self) -> None:
+        """The worker's first batch is in torch's queue: connect and send what was held (its
+        start message and first sample), off the way to that batch. Also at the worker's exit
+        (`_flush_at_exit`), for a worker that got no second task."""
+        if self.deferred and self.pid == os.getpid():  # never from a process forked from it
+            self.deferred = False
+            if self.socket is None and not self.failed:
+                self.connect()
+
     def _hold(self, kind: str, payload) -> bool:
         """True when the item was held (or counted as dropped) for want of a socket; tries to
-        connect again first when a retry is due."""
-        if not self.failed and self.pid == os.getpid() and _perf_ns() >= self._retry_at:
+        connect again first when a retry is due (never while deferred)."""
+        if not self.failed and not self.deferred and self.pid == os.getpid() and \
+                _perf_ns() >= self._retry_at:
             self.connect()
             if self.socket is not None:
                 return False
@@ -121,7 +143,9 @@ class _Sender:
 
     def _encode(self, kind: str, payload) -> bytes:
         if kind == "start":
-            return sample_codec.worker_start(self.source, self.worker_id, self.pid, *payload)
+            captured, stack_file = payload
+            return sample_codec.worker_start(self.source, self.worker_id, self.pid,
+                                             rng.digest(captured), stack_file)
         return self._writer.sample(payload[0], payload[1], self.dropped, *payload[2:])
 
     def _send_now(self, kind: str, payload) -> None:
@@ -184,7 +208,7 @@ def arm_stack_dump(stack_dir: str | None) -> str | None:
             signal.getsignal(STACK_SIGNAL) not in (signal.SIG_DFL, signal.SIG_IGN):
         return None
     try:
-        fd = os.memfd_create("loadertop-stack", os.MFD_CLOEXEC)
+        fd = os.memfd_create(STACK_MEMFD_NAME, os.MFD_CLOEXEC)
         path = f"/proc/{pid}/fd/{fd}"
     except (AttributeError, OSError):
         if not stack_dir:
@@ -199,11 +223,11 @@ def arm_stack_dump(stack_dir: str | None) -> str | None:
     except Exception:
         os.close(fd)
         return None
-    _stack[:] = [pid, path]  # fd stays open while the process lives: the handler writes there
+    _stack[:] = [pid, path, fd]  # fd stays open while the process lives: the handler writes there
     return path
 
 
-_stack: list = [0, None]  # [pid, path] of this process's armed stack file
+_stack: list = [0, None, -1]  # [pid, path, fd] of this process's armed stack file
 
 
 def stack_file_in(stack_dir: str, pid: int) -> str:
@@ -292,6 +316,10 @@ def _install_fetch_timing(sender: _Sender) -> bool:
                 self.collate_fn = _TimedCollate(self.collate_fn, timing)
                 if timing.generation == 0:  # this worker process's first batch: before any draw
                     sender.send_start(getattr(self, "dataset", None), _stack_file())
+                elif sender.deferred:  # a persistent worker that had one task last epoch
+                    sender.after_first_batch()
+            elif sender.deferred:  # torch's `_worker_loop` put the previous batch in its queue
+                sender.after_first_batch()
             seq = timing.seq
             timing.seq = seq + 1
             timing.collate_ns = 0
@@ -300,6 +328,7 @@ def _install_fetch_timing(sender: _Sender) -> bool:
             try:
                 data = _original(self, possibly_batched_index)
             except StopIteration:  # an iterable dataset ran out: the loop will skip this task
+                sender.after_first_batch()  # no batch to wait for: what was held goes now
                 sender.send(0, 0, generation=timing.generation, seq=seq, ended=True)
                 raise
             c1 = _cpu_ns()
@@ -351,18 +380,49 @@ def _start(hook: WorkerHook, worker_id: int) -> None:
     arm_stack_dump(hook.stack_dir)
     _reset_inherited_signal_handlers()
     sender = _Sender(hook.endpoint, hook.source, worker_id)
-    sender.connect()
+    sender.deferred = True
+    _flush_at_exit(sender)
     _install_fetch_timing(sender)
+
+
+def _flush_at_exit(sender: _Sender) -> None:
+    """What a worker with one task held goes out when it ends: torch's worker returns from
+    `_worker_loop`, and multiprocessing's `Process._bootstrap` (CPython 3.11) runs the process's
+    `util.Finalize` callbacks before `os._exit` (atexit would not run)."""
+    try:
+        from multiprocessing import util
+
+        util.Finalize(None, sender.after_first_batch, exitpriority=100)
+    except Exception:
+        pass
 
 
 def _stack_file() -> str | None:
     """The armed stack file, announced in the worker's start message (after the user's
     worker_init_fn) only while STACK_SIGNAL is still ours: a handler the program set meanwhile
-    must never receive our signal, so the main process sends it only to workers that announce."""
-    if _stack[0] != os.getpid() or \
-            signal.getsignal(STACK_SIGNAL) not in (signal.SIG_DFL, signal.SIG_IGN):
+    must never receive our signal. The main process signals only workers whose stack file it
+    knows, from that message or, for a worker stuck before sending it (the message goes after
+    the first batch), found among the worker's open files (stacks.find_worker_stack_file); so
+    where the program took the signal, the file is also closed (removed), and cannot be found."""
+    if _stack[0] != os.getpid():
+        return None
+    if signal.getsignal(STACK_SIGNAL) not in (signal.SIG_DFL, signal.SIG_IGN):
+        _withdraw_stack_file()
         return None
     return _stack[1]
+
+
+def _withdraw_stack_file() -> None:
+    # faulthandler keeps the fd number, but its handler is no longer installed (the program's
+    # replaced it), so nothing writes there; unregistering would put SIG_DFL back over theirs.
+    pid, path, fd = _stack
+    _stack[:] = [0, None, -1]
+    try:
+        if path is not None and not path.startswith("/proc/"):
+            os.unlink(path)
+        os.close(fd)
+    except OSError:
+        pass
 
 
 def _reset_inherited_signal_handlers() -> None:

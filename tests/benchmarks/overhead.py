@@ -32,9 +32,13 @@ this machine cannot tell it from nothing.
    process frozen by SIGSTOP (its socket buffers fill, the publisher must drop, never block);
    throughput ratio, goal >= 0.99. A control variant starts the same viewer, lets it subscribe,
    kills it and waits as long: the disturbance of starting a process, without a frozen viewer.
-   Beside the rates, the publisher thread's CPU share in each variant (its own CPU clock): a
-   frozen viewer can only slow the loop through more work on that thread, and the share is
-   steadier on a noisy machine than the rate.
+   Beside the rates, the publisher thread's CPU share in each variant (its own CPU clock), and
+   that of every thread but the loop's (the process's CPU clock less the loop thread's: the
+   publisher and ZeroMQ's I/O threads): a frozen viewer can only slow the loop through more work
+   on those threads (holding the GIL, or taking a core), so what it adds there bounds what it
+   can take from the loop, and a CPU share is steadier on a noisy machine than the rate. (A
+   paired design was tried and dropped: two trainer processes running the same loop over the
+   same second, a viewer frozen on one, varied by 0.79-1.31 from round to round, no steadier.)
 4. epoch: `iter()` of a 2-worker loader plus its first batch, plain (twice) vs instrumented, for
    fork, spawn and forkserver (spawn costs ~1.5-3.5 s a round here: --epoch-rounds).
 5. short: a program that makes 30 short-lived 2-worker fork loaders and takes 4 batches from each
@@ -345,6 +349,7 @@ def frozen_viewer(seconds: float, rounds: int) -> None:
     variants = {"no viewer": None, "no viewer again": None,
                 "viewer started, killed, 0.5 s": None, "frozen viewer": None}
     share: dict[str, list[float]] = {name: [] for name in variants}
+    others: dict[str, list[float]] = {name: [] for name in variants}
 
     def timed(name: str) -> float:
         # Warm up first, in every variant: right after a process start and a pause the loop ran
@@ -354,6 +359,7 @@ def frozen_viewer(seconds: float, rounds: int) -> None:
         for _ in itertools.islice(it, 2000):
             pass
         clock = time.perf_counter_ns
+        p0, l0 = time.process_time_ns(), time.thread_time_ns()
         c0, w0 = time.clock_gettime_ns(thread_clock), clock()
         end, n = w0 + window_ns, 0
         while clock() < end:
@@ -361,7 +367,9 @@ def frozen_viewer(seconds: float, rounds: int) -> None:
                 next(it)
             n += 500
         c1, w1 = time.clock_gettime_ns(thread_clock), clock()
+        p1, l1 = time.process_time_ns(), time.thread_time_ns()
         share[name].append(100 * (c1 - c0) / (w1 - w0))
+        others[name].append(100 * ((p1 - p0) - (l1 - l0)) / (w1 - w0))
         return n * 1e9 / (w1 - w0)
 
     def measure(name, _):
@@ -405,6 +413,10 @@ def frozen_viewer(seconds: float, rounds: int) -> None:
     table(share, " %", digits=2)
     print(f"  frozen - none:                    "
           f"{difference(share, 'frozen viewer', 'no viewer', aa, unit=' %', digits=2)}")
+    print("  every thread but the loop's (the publisher's, ZeroMQ's I/O threads), % of a core:")
+    table(others, " %", digits=2)
+    print(f"  frozen - none:                    "
+          f"{difference(others, 'frozen viewer', 'no viewer', aa, unit=' %', digits=2)}")
 
 
 # --------------------------------------------------------------------------- 4. epoch start

@@ -1,8 +1,9 @@
 """Findings from timing (issue 10), each from a real job judged through `loadertop snapshot
 --json`: a worker SIGKILLed while training crashes at once, a loop blocked in next() with
-num_workers=0, one slow worker, a dataset's generator shared by every worker (and the same dataset
-seeded per worker), and epochs that re-create spawned workers. The hang of a worker and the death
-by an exit code are checked in test_e2e_diagnosis (the same workloads as the stalled verdict)."""
+num_workers=0, workers stuck in their very first batch, one slow worker, a dataset's generator
+shared by every worker (and the same dataset seeded per worker), and epochs that re-create spawned
+workers. The hang of a worker later in its epoch and the death by an exit code are checked in
+test_e2e_diagnosis (the same workloads as the stalled verdict)."""
 
 from __future__ import annotations
 
@@ -56,6 +57,10 @@ JOBS = {
     # The same generator, seeded per worker by worker_init_fn: no finding.
     "seeded": ("--kind", "sleep", "--ms", 2, "--rng", "per-worker", "--workers", 2,
                "--batch-size", 4, "--duration", 120),
+    # Both workers stuck in their first batch: neither ever sends its start message (it goes
+    # after the first batch), so their stack files are found among their open files.
+    "hang_first": ("--kind", "hang", "--workers", 2, "--batch-size", 2, "--after", 0,
+                   "--duration", 120),
     # spawn without persistent workers: every epoch starts two fresh interpreters.
     "epochs": ("--kind", "cheap", "--workers", 2, "--context", "spawn", "--epochs", 40,
                "--batches", 5, "--duration", 120),
@@ -73,6 +78,11 @@ def _hang0(wl) -> dict:
     # blocked since the 10th batch: a 3 s snapshot from 2.5 s on sees it past STALL_MIN_MS (5 s)
     wait_for(lambda: time.time() >= wl.status()["last_batch_at"] + 2.5, 30, "the hang's start")
     return _source_when(wl, lambda s: bool(_findings(s, "loop_hung")))
+
+
+def _hang_first(wl) -> dict:
+    wl.wait_discovery()
+    return _source_when(wl, lambda s: len(_findings(s, "worker_hung")) == 2)
 
 
 def _slow(wl) -> dict:
@@ -97,8 +107,8 @@ def jobs():
     pool = WorkloadPool()
     try:
         wls = {name: pool(*args) for name, args in JOBS.items()}
-        steps = {"killed": _killed, "hang0": _hang0, "slow": _slow, "seeded": _seeded,
-                 "epochs": _epochs}
+        steps = {"killed": _killed, "hang0": _hang0, "hang_first": _hang_first, "slow": _slow,
+                 "seeded": _seeded, "epochs": _epochs}
         with ThreadPoolExecutor(len(steps)) as ex:
             futures = {name: ex.submit(step, wls[name]) for name, step in steps.items()}
             for future in futures.values():
@@ -139,6 +149,16 @@ def test_a_loop_blocked_in_next_shows_where_it_waits(jobs):
     assert src["loop_stack"]["frames"][src["loop_stack"]["user_frame"]].endswith("in hang_forever")
     assert src["diagnosis"]["category"] == "stalled"
     assert not _findings(src, "worker_hung")
+
+
+def test_workers_stuck_in_their_first_batch_show_their_stacks(jobs):
+    src = jobs["hang_first"][0].result()
+    assert src["batches_total"] == 0
+    hung = _findings(src, "worker_hung")
+    assert sorted(f["worker"] for f in hung) == [0, 1], src["findings"]
+    for f in hung:
+        assert f["stack"][-1].endswith("in hang_forever"), f["stack"][-3:]
+    assert {w["id"] for w in src["workers"] if w["stack"]} == {0, 1}
 
 
 def test_one_slow_worker_and_a_shared_generator_are_named(jobs):
@@ -245,16 +265,19 @@ def test_a_worker_stuck_in_c_holding_the_gil_writes_its_stack_when_asked(tmp_pat
 
 
 OWN_HANDLER = """
-import signal, sys
-from loadertop.probe import worker
+import os, signal, sys
+from loadertop.probe import stacks, worker
 
 signal.signal(signal.SIGURG, lambda *a: None)  # the program's own: never replaced, never sent
 print(worker.arm_stack_dump(sys.argv[1]))
+print(stacks.find_worker_stack_file(os.getpid(), sys.argv[1]))
 signal.signal(signal.SIGURG, signal.SIG_DFL)
 path = worker.arm_stack_dump(sys.argv[1])
-print(path is not None, worker._stack_file() == path)
+print(path is not None, worker._stack_file() == path,
+      stacks.find_worker_stack_file(os.getpid(), sys.argv[1]) == path)
 signal.signal(signal.SIGURG, lambda *a: None)  # set after the hook (a worker_init_fn's own)
 print(worker._stack_file())
+print(stacks.find_worker_stack_file(os.getpid(), sys.argv[1]))  # withdrawn: not found either
 """
 
 
@@ -266,4 +289,5 @@ def test_a_program_s_own_stack_signal_handler_is_left_alone(tmp_path):
     out = subprocess.run([sys.executable, str(script), str(tmp_path)], capture_output=True,
                          text=True, timeout=30)
     assert out.returncode == 0, out.stderr
-    assert out.stdout.split("\n")[:3] == ["None", "True True", "None"], out.stdout
+    assert out.stdout.split("\n")[:5] == ["None", "None", "True True True", "None", "None"], \
+        out.stdout

@@ -57,6 +57,26 @@ def test_every_epochs_batches_are_paired(reports, persistent):
         assert len(st.handoff_us) == st.paired
 
 
+def test_workers_given_one_task_each_still_send_their_batch_and_start(reports):
+    # Two batches, two workers: each gets one task and never a second, so what its first batch
+    # held back (its start message, its batch's sample) goes when it exits.
+    loader = loadertop.instrument(
+        DataLoader(WorkloadDataset("sleep", 2.0, length=2), batch_size=1, num_workers=2),
+        name="one-task")
+    record = loader._lt_record
+    it = iter(loader)
+    pids = {w.pid for w in it._workers}
+    assert len(list(it)) == 2
+    del it  # the workers exit
+    msgs = _settled(reports, loader.loadertop_source, 2)
+    done = {w.pid: w.batches for m in msgs for w in m.workers if w.batches}
+    assert done == {pid: 1 for pid in pids}, done
+    deadline = time.monotonic() + 10
+    while not pids <= set(record._rng) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert pids <= set(record._rng), (pids, record._rng)
+
+
 class _Shards(IterableDataset):
     """Worker 0 yields 8 items, worker 1 yields 40: worker 0 runs out first."""
 

@@ -1,6 +1,6 @@
-"""The worker side's pieces without a DataLoader: its socket (connected on the worker's own
-thread), the random-state digests (the same in every process), and which stack files the main
-process accepts from a worker's start message."""
+"""The worker side's pieces: its socket (connected on the worker's own thread), the random-state
+digests (the same in every process; torch's global generator read in real fork workers), and which
+stack files the main process accepts from a worker's start message."""
 
 from __future__ import annotations
 
@@ -39,6 +39,28 @@ def test_the_socket_is_connected_at_once_and_every_sample_arrives_in_order(liste
     assert isinstance(got[0], wire.WorkerStart) and got[0].stack_file == "/proc/1/fd/3"
     assert [s.seq for s in got[1:]] == list(range(5))
     assert {s.worker_id for s in got} == {3} and sender.dropped == 0
+    sender.socket.close()
+
+
+def test_a_deferred_sender_holds_everything_until_after_the_first_batch(listener, monkeypatch):
+    # A worker's hook makes its sender deferred: its start message and first sample wait (no
+    # socket made, no digest computed) until torch has the first batch.
+    digested = []
+    monkeypatch.setattr(rng, "digest", lambda captured: digested.append(captured) or {"x": "1"})
+    sender = worker._Sender(listener.path, "h:1:loader0", 1)
+    sender.deferred = True
+    sender.send_start(None, "/proc/1/fd/3")
+    sender.send(1000, 10, 5, 99, 0, 0)
+    assert sender.socket is None and not digested and not _received(listener)
+    assert [kind for kind, _ in sender.pending] == ["start", "sample"]
+    sender.after_first_batch()
+    sender.send(2000, 10, 5, 199, 0, 1)
+    got = _received(listener)
+    assert isinstance(got[0], wire.WorkerStart) and got[0].digests == {"x": "1"}
+    assert got[0].stack_file == "/proc/1/fd/3"
+    assert [s.seq for s in got[1:]] == [0, 1] and sender.dropped == 0 and len(digested) == 1
+    sender.after_first_batch()  # once only: a second call (the exit's) does nothing
+    assert not _received(listener)
     sender.socket.close()
 
 
@@ -131,6 +153,51 @@ def test_a_torch_state_reads_the_same_bytes_either_way():
     assert rng._tensor_bytes(state) == state.numpy().tobytes()
     gen = torch.Generator().manual_seed(5)
     assert rng._state_of(gen) == ("torch Generator", gen.get_state().numpy().tobytes())
+
+
+class _TorchStateDataset(torch.utils.data.Dataset):
+    """Item i, read in the worker that gets it: what names torch's global generator there, and
+    whether the cheap path (the seed torch gave this worker) was taken."""
+
+    def __len__(self) -> int:
+        return 4
+
+    def __getitem__(self, i):
+        state = dict(rng.capture(None))["torch"]
+        info = torch.utils.data.get_worker_info()
+        return info.id, rng._digest(state), isinstance(state, tuple)
+
+
+def _torch_states(init=None) -> dict[int, set]:
+    loader = torch.utils.data.DataLoader(_TorchStateDataset(), batch_size=None, num_workers=2,
+                                         multiprocessing_context="fork", worker_init_fn=init)
+    out: dict[int, set] = {}
+    for wid, digest, by_seed in loader:
+        out.setdefault(wid, set()).add((digest, by_seed))
+    return out
+
+
+def _same_seed(worker_id: int) -> None:
+    torch.manual_seed(1234)
+
+
+_SHARED = torch.Generator().manual_seed(99).get_state()
+
+
+def _same_state(worker_id: int) -> None:
+    torch.set_rng_state(_SHARED)
+
+
+@pytest.mark.parametrize("init, shared", [(None, False), (_same_seed, True), (_same_state, True)])
+def test_torch_global_generator_is_named_by_its_worker_seed_until_a_worker_reseeds_it(init, shared):
+    # Left as torch seeded it (base_seed + worker id), the seed names it; re-seeded alike in
+    # every worker (manual_seed, set_rng_state), its state is read, and the workers match.
+    states = _torch_states(init)
+    assert sorted(states) == [0, 1], states
+    for wid, seen in states.items():
+        assert {by_seed for _, by_seed in seen} == {not shared}, (wid, seen)
+    first = {min(seen)[0] for seen in states.values()}
+    assert (len(first) == 1) == shared, states
 
 
 def test_only_the_stack_files_a_worker_makes_for_its_own_pid_are_accepted(tmp_path):
