@@ -96,7 +96,8 @@ def _torch_global_state(torch):
     cannot make it another's: the seed names it, as a tuple of one int (never the 5,056 bytes of a
     state, which `_digest` hashes another way). That is read in ~4 µs; `get_rng_state()` and its
     bytes took ~290 µs in a fresh fork worker here, on the way to the first batch (the whole
-    start message: 841 -> 575 µs by median in 2-worker fork loaders, 103 -> 61 page faults).
+    start message, then still digested and sent before that batch: 841 -> 575 µs by median in
+    2-worker fork loaders, 103 -> 61 page faults).
     A `worker_init_fn` that re-seeds (`manual_seed`, or `set_rng_state`, which sets
     `initial_seed()` from the state) changes it, and then the state itself is read, so workers
     re-seeded alike are found sharing it."""

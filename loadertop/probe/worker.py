@@ -39,10 +39,11 @@ page fault on this VM). Before the first batch are only what must be: the stack 
 worker stuck in that very batch is the classic fork deadlock; the main process finds its memfd
 without the start message), SIGTERM's reset, the fetch timing, and copying the random states
 before the dataset draws (probe/rng.py). Timed inside real 2-worker fork workers here (medians
-of ~200 workers, 120 epochs), the hook plus the start message took 1414 µs (184 page faults)
-sent before the first batch, and 646 µs (88 faults) with the sending after it and torch's
-generator named by its seed; an epoch's `iter()` and first batch, in-process, 400 shuffled
-rounds: +1.44 ms over plain then, +0.92 ms now (A/A -0.23 ms).
+of ~200 workers, 120 epochs a run), the hook plus the start message took 1140-1414 µs (184-198
+page faults, two runs) sent before the first batch, and 569-685 µs (88-100 faults, three runs)
+with the sending after it and torch's generator named by its seed; an epoch's `iter()` and first
+batch, in-process, 400 shuffled rounds: +1.44 ms over plain the old way, +0.92 ms this way
+(A/A -0.23 ms).
 """
 
 from __future__ import annotations
