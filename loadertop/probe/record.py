@@ -630,11 +630,15 @@ class LoaderRecord:
         # the socket names a file we would otherwise open.
         if start.stack_file is not None and stacks.is_worker_stack_file(
                 start.stack_file, start.pid, self.stack_dir):
-            if len(self._stack_files) >= wire.MAX_WORKERS:
-                current = {pid for _, pid, _ in self._worker_procs}
-                self._stack_files = {p: f for p, f in self._stack_files.items() if p in current}
-            if len(self._stack_files) < wire.MAX_WORKERS:
-                self._stack_files[start.pid] = start.stack_file
+            self._remember_stack_file(start.pid, start.stack_file)
+
+    def _remember_stack_file(self, pid: int, path: str) -> None:
+        """At most wire.MAX_WORKERS of them: when full, those of past epochs' workers go."""
+        if len(self._stack_files) >= wire.MAX_WORKERS:
+            current = {p for _, p, _ in self._worker_procs}
+            self._stack_files = {p: f for p, f in self._stack_files.items() if p in current}
+        if len(self._stack_files) < wire.MAX_WORKERS:
+            self._stack_files[pid] = path
 
     def _rng_report(self) -> tuple[int, list[wire.RngShare]]:
         """Of this epoch's workers, how many were read, and the states two or more share."""
@@ -723,8 +727,8 @@ class LoaderRecord:
             if len(self._stack_search_at) >= wire.MAX_WORKERS:
                 self._stack_search_at.clear()
             self._stack_search_at[pid] = now_ns + STACK_SEARCH_GAP_NS
-        elif len(self._stack_files) < wire.MAX_WORKERS:
-            self._stack_files[pid] = path
+        else:
+            self._remember_stack_file(pid, path)
         return path
 
     def _loop_stack_now(self, now_ns: int) -> wire.Stack | None:

@@ -34,11 +34,12 @@ loader without persistent workers paid both, in every worker. So:
 
 This module imports only the standard library (a spawned worker imports it to unpickle the hook),
 and the messages are written without msgspec (probe/sample_codec.py). What a fork worker does
-before its first batch costs mostly the first touch of pages shared with its parent (~5 µs a
-page fault on this VM). Before the first batch are only what must be: the stack handler (a
-worker stuck in that very batch is the classic fork deadlock; the main process finds its memfd
-without the start message), SIGTERM's reset, the fetch timing, and copying the random states
-before the dataset draws (probe/rng.py). Timed inside real 2-worker fork workers here (medians
+before its first batch costs mostly the first touch of pages shared with its parent (roughly
+5-7 µs a page fault on this VM, as we read the parts' times against their fault counts). Before
+the first batch are only what must be: the stack handler (a worker stuck in that very batch is
+the classic fork deadlock; the main process finds its memfd without the start message),
+SIGTERM's reset, the fetch timing, and copying the random states before the dataset draws
+(probe/rng.py). Timed inside real 2-worker fork workers here (medians
 of ~200 workers, 120 epochs a run), the hook plus the start message took 1140-1414 µs (184-198
 page faults, two runs) sent before the first batch, and 569-685 µs (88-100 faults, three runs)
 with the sending after it and torch's generator named by its seed; an epoch's `iter()` and first
