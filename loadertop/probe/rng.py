@@ -101,52 +101,57 @@ def _torch_global_state(torch):
     A `worker_init_fn` that re-seeds (`manual_seed`, or `set_rng_state`, which sets
     `initial_seed()` from the state) changes it, and then the state itself is read, so workers
     re-seeded alike are found sharing it."""
-    worker = sys.modules.get("torch.utils.data._utils.worker")
-    info = getattr(worker, "_worker_info", None)
     seed = torch.initial_seed()
-    if info is not None and seed == getattr(info, "seed", None):
+    if seed == worker_seed():
         return (seed,)
     return _tensor_bytes(torch.random.get_rng_state())
 
 
-def _state_of(obj) -> tuple[str, object] | None:
-    """(kind, a copy of its state) when `obj` is a random generator we know, else None."""
+def _generator_kind(obj) -> str | None:
+    """The kind of random generator `obj` is, when we know it; else None. Reads no state."""
     import random
 
     if isinstance(obj, random.Random):
-        return "random.Random", obj.getstate()
-    np = sys.modules.get("numpy")
-    if np is not None:
-        if isinstance(obj, np.random.Generator):
-            return "numpy Generator", obj.bit_generator.state
-        if isinstance(obj, np.random.RandomState):
-            state = obj.get_state(legacy=False)
-            return "numpy RandomState", (state["bit_generator"], state["state"]["key"].tobytes(),
-                                         state["state"]["pos"])
+        return "random.Random"
+    # numpy.random from sys.modules, never `np.random`: numpy 2's `__getattr__` would import it,
+    # in the program's main process too (where the parent walks); and where it is not imported,
+    # none of its generators can exist.
+    np_random = sys.modules.get("numpy.random")
+    if np_random is not None:
+        if isinstance(obj, np_random.Generator):
+            return "numpy Generator"
+        if isinstance(obj, np_random.RandomState):
+            return "numpy RandomState"
     torch = sys.modules.get("torch")
     if torch is not None and isinstance(obj, torch.Generator):
-        return "torch Generator", _tensor_bytes(obj.get_state())
+        return "torch Generator"
     return None
 
 
-def capture(dataset) -> list[tuple[str, object]]:
-    """(state name, a copy of the state): the process-wide states and the generators reachable
-    from `dataset`'s attributes (breadth first, bounded). Copies (getstate() and get_state()
-    return new objects), so the draws that follow cannot change them before `digest`."""
-    out: list[tuple[str, object]] = []
-    try:
-        import random
+def _read_state(kind: str, obj) -> object:
+    """A copy of the state of a generator of that kind (`_generator_kind`)."""
+    if kind == "random.Random":
+        return obj.getstate()
+    if kind == "numpy Generator":
+        return obj.bit_generator.state
+    if kind == "numpy RandomState":
+        state = obj.get_state(legacy=False)
+        return (state["bit_generator"], state["state"]["key"].tobytes(), state["state"]["pos"])
+    return _tensor_bytes(obj.get_state())
 
-        out.append(("random", random.getstate()))
-        np = sys.modules.get("numpy")
-        if np is not None:
-            kind, key, pos, *_ = np.random.get_state()
-            out.append(("numpy global", (kind, key.tobytes(), pos)))
-        torch = sys.modules.get("torch")
-        if torch is not None:
-            out.append(("torch", _torch_global_state(torch)))
-    except Exception:
-        pass
+
+def _state_of(obj) -> tuple[str, object] | None:
+    """(kind, a copy of its state) when `obj` is a random generator we know, else None."""
+    kind = _generator_kind(obj)
+    return None if kind is None else (kind, _read_state(kind, obj))
+
+
+def find_generators(dataset) -> list[tuple[str, object]]:
+    """(name, generator) for the random generators reachable from `dataset`'s attributes:
+    breadth first, bounded (MAX_OBJECTS visited, MAX_DEPTH deep, MAX_STATES found). Reads no
+    state: the parent runs it just before it forks the workers (loader._generators_for_fork),
+    and the workers read the states."""
+    out: list[tuple[str, object]] = []
     seen: set[int] = set()
     queue: list[tuple[str, object, int]] = [("dataset", dataset, 0)]
     visited = 0
@@ -157,11 +162,11 @@ def capture(dataset) -> list[tuple[str, object]]:
         seen.add(id(obj))
         visited += 1
         try:
-            found = _state_of(obj)
+            kind = _generator_kind(obj)
         except Exception:
-            found = None
-        if found is not None:
-            out.append((f"{name} ({found[0]})"[:256], found[1]))
+            kind = None
+        if kind is not None:
+            out.append((f"{name} ({kind})"[:256], obj))
             continue
         if depth >= MAX_DEPTH:
             continue
@@ -177,6 +182,61 @@ def capture(dataset) -> list[tuple[str, object]]:
             for i, value in enumerate(obj):
                 if _worth_visiting(value):
                     queue.append((f"{name}[{i}]", value, depth + 1))
+    return out
+
+
+def worker_seed() -> int | None:
+    """This worker's seed (torch 2.13's `WorkerInfo.seed`, base seed + worker id); None outside a
+    worker or where torch keeps it elsewhere."""
+    worker = sys.modules.get("torch.utils.data._utils.worker")
+    return getattr(getattr(worker, "_worker_info", None), "seed", None)
+
+
+def capture(dataset, untouched: bool = False,
+            generators: list[tuple[str, object]] | None = None) -> list[tuple[str, object]]:
+    """(state name, a copy of the state): the process-wide states and the generators reachable
+    from `dataset`'s attributes. Copies (getstate() and get_state() return new objects), so the
+    draws that follow cannot change them before `digest`.
+
+    `untouched`: nothing of the program has run in this worker since torch 2.13's `_worker_loop`
+    seeded `random`, torch and numpy's legacy state from this worker's seed (no worker_init_fn of
+    the program, a map-style dataset, whose fetcher torch makes without calling the dataset).
+    Then no other worker's states can equal these, and the seed names the first two, as
+    `_torch_global_state` names torch's: reading them cost ~35 and ~86 µs in a fresh fork
+    worker here, on the way to the first batch. With it, `generators` (when given) are those
+    `find_generators` found in the parent before it forked this worker: the same objects here,
+    and nothing since could have made another, so the walk (~110 µs there, ~23 page faults,
+    mostly first touches of what it reads) is not made again."""
+    out: list[tuple[str, object]] = []
+    seed = worker_seed() if untouched else None
+    try:
+        if seed is not None:
+            out.append(("random", (seed,)))
+        else:
+            import random
+
+            out.append(("random", random.getstate()))
+        np_random = sys.modules.get("numpy.random")  # torch's seeding imported it
+        if np_random is not None:
+            if seed is not None:
+                out.append(("numpy global", (seed,)))
+            else:
+                kind, key, pos, *_ = np_random.get_state()
+                out.append(("numpy global", (kind, key.tobytes(), pos)))
+        torch = sys.modules.get("torch")
+        if torch is not None:
+            out.append(("torch", _torch_global_state(torch)))
+    except Exception:
+        pass
+    if seed is None or generators is None:
+        generators = find_generators(dataset)
+    for name, obj in generators:
+        try:
+            kind = _generator_kind(obj)
+            if kind is not None:
+                out.append((name, _read_state(kind, obj)))
+        except Exception:
+            pass
     return out
 
 

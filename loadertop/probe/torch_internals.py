@@ -135,22 +135,28 @@ def worker_state(pid: int | None, proc) -> tuple[bool | None, int | None]:
     return False, -info.si_status  # CLD_KILLED / CLD_DUMPED: killed by signal si_status
 
 
+def worker_context(loader) -> str | None:
+    """How the loader's workers start ("fork", "spawn", "forkserver"); None for num_workers=0
+    or where it cannot be read. torch 2.13 starts them with `multiprocessing_context`, or
+    torch.multiprocessing's default context when that is None."""
+    if not int(getattr(loader, "num_workers", 0) or 0):
+        return None
+    ctx = getattr(loader, "multiprocessing_context", None)
+    if ctx is None:
+        try:
+            import torch.multiprocessing as mp
+
+            return mp.get_start_method(allow_none=False)
+        except Exception:
+            return None
+    return ctx.get_start_method() if hasattr(ctx, "get_start_method") else str(ctx)
+
+
 def loader_config(loader) -> dict:
     """The loader's settings as reported on the wire (best effort for loader-likes)."""
     num_workers = int(getattr(loader, "num_workers", 0) or 0)
     dataset = getattr(loader, "dataset", None)
-    ctx = getattr(loader, "multiprocessing_context", None)
-    if num_workers == 0:
-        context = None
-    elif ctx is None:
-        try:
-            import torch.multiprocessing as mp
-
-            context = mp.get_start_method(allow_none=False)
-        except Exception:
-            context = None
-    else:
-        context = ctx.get_start_method() if hasattr(ctx, "get_start_method") else str(ctx)
+    context = worker_context(loader)
     iterable = False
     try:
         from torch.utils.data import IterableDataset

@@ -40,11 +40,16 @@ the first batch are only what must be: the stack handler (a worker stuck in that
 the classic fork deadlock; the main process finds its memfd without the start message),
 SIGTERM's reset, the fetch timing, and copying the random states before the dataset draws
 (probe/rng.py). Timed inside real 2-worker fork workers here (medians
-of ~200 workers, 120 epochs a run), the hook plus the start message took 1140-1414 µs (184-198
+of ~150-200 workers a run), the hook plus the start message took 1140-1414 µs (184-198
 page faults, two runs) sent before the first batch, and 569-685 µs (88-100 faults, three runs)
 with the sending after it and torch's generator named by its seed; an epoch's `iter()` and first
 batch, in-process, 400 shuffled rounds: +1.44 ms over plain the old way, +0.92 ms this way
-(A/A -0.23 ms).
+(A/A -0.23 ms). Then naming `random`'s and numpy's states by the seed too, and walking the
+dataset in the parent (rng.capture's `untouched`): 694-700 -> 406-470 µs, 101-102 -> 73-74
+faults (two runs each, one sitting), but not resolved on the clock (1,200 rounds: +1.39 ->
++1.36 ms, A/A +0.11 ms). torch's own first fetch kept its ~245 faults, so the saving did not
+move there; where the rest of the ~1.3 ms goes we have not found (no single part of the hook,
+made a no-op, resolved on the clock; the hook as a whole did).
 """
 
 from __future__ import annotations
@@ -97,6 +102,10 @@ class _Sender:
         self._writer = sample_codec.SampleWriter(source, worker_id, self.pid)
         # True until `after_first_batch`: nothing is connected or sent before, all is held.
         self.deferred = False
+        # No worker_init_fn of the program ran here (see rng.capture's `untouched`), and the
+        # generators the parent found from the dataset before it forked this worker (or None).
+        self.no_init_fn = False
+        self.generators: list | None = None
 
     def send(self, fetch_ns: int, cpu_ns: int, collate_ns: int = 0, done_ns: int = 0,
              generation: int = 0, seq: int = 0, ended: bool = False,
@@ -107,12 +116,14 @@ class _Sender:
             return
         self._send_now("sample", fields)
 
-    def send_start(self, dataset, stack_file: str | None = None) -> None:
+    def send_start(self, dataset, stack_file: str | None = None, map_style: bool = False) -> None:
         """Once per worker process, before its first batch (after the user's worker_init_fn):
         the random states it starts with, copied now (read, never drawn from), digested when
-        the message is written (after the first batch where sending is deferred)."""
+        the message is written (after the first batch where sending is deferred). `map_style`:
+        torch made this worker's fetcher without calling the dataset (no `iter()` of it)."""
         try:
-            captured = rng.capture(dataset)
+            captured = rng.capture(dataset, untouched=map_style and self.no_init_fn,
+                                   generators=self.generators)
         except Exception:
             captured = []
         payload = (captured, stack_file)
@@ -309,7 +320,8 @@ def _install_fetch_timing(sender: _Sender) -> bool:
         if original is None or getattr(original, "_loadertop_timed", False):
             continue
 
-        def timed_fetch(self, possibly_batched_index, _original=original):
+        def timed_fetch(self, possibly_batched_index, _original=original,
+                        _map_style=cls is torch_fetch._MapDatasetFetcher):
             # torch 2.13 `_worker_loop` makes a fetcher after worker_init_fn and a new one at each
             # `_ResumeIteration` (persistent workers); `fetch` calls `self.collate_fn(data)`.
             timing = self.__dict__.get("_loadertop_timing")
@@ -317,7 +329,7 @@ def _install_fetch_timing(sender: _Sender) -> bool:
                 timing = self._loadertop_timing = _FetcherTiming()
                 self.collate_fn = _TimedCollate(self.collate_fn, timing)
                 if timing.generation == 0:  # this worker process's first batch: before any draw
-                    sender.send_start(getattr(self, "dataset", None), _stack_file())
+                    sender.send_start(getattr(self, "dataset", None), _stack_file(), _map_style)
                 elif sender.deferred:  # a persistent worker that had one task last epoch
                     sender.after_first_batch()
             elif sender.deferred:  # torch's `_worker_loop` put the previous batch in its queue
@@ -355,11 +367,18 @@ class WorkerHook:
     user's own `worker_init_fn`, whose behaviour and exceptions are unchanged."""
 
     def __init__(self, user_init_fn, source: str, endpoint: str | None,
-                 stack_dir: str | None = None) -> None:
+                 stack_dir: str | None = None, generators: list | None = None) -> None:
         self.user_init_fn = user_init_fn
         self.source = source
         self.endpoint = endpoint
         self.stack_dir = stack_dir
+        # rng.find_generators(dataset), run by the parent just before it forks the workers (the
+        # same objects in a forked worker): see rng.capture. Never pickled (spawn, forkserver):
+        # a worker that unpickles its own dataset walks it itself.
+        self.generators = generators
+
+    def __getstate__(self) -> dict:
+        return dict(self.__dict__, generators=None)
 
     def __call__(self, worker_id: int) -> None:
         if self.endpoint:  # the stack handler is announced over the socket: nothing without it
@@ -383,6 +402,9 @@ def _start(hook: WorkerHook, worker_id: int) -> None:
     _reset_inherited_signal_handlers()
     sender = _Sender(hook.endpoint, hook.source, worker_id)
     sender.deferred = True
+    if hook.user_init_fn is None:
+        sender.no_init_fn = True
+        sender.generators = hook.generators
     _flush_at_exit(sender)
     _install_fetch_timing(sender)
 
