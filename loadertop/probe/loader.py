@@ -216,8 +216,9 @@ def instrumented_iter(loader, record: LoaderRecord, endpoint: str | None, origin
     hooked = num_workers > 0 and hasattr(loader, "worker_init_fn")
     if hooked:
         original = loader.worker_init_fn
-        loader.worker_init_fn = WorkerHook(original, record.source, endpoint, record.stack_dir,
-                                           _generators_for_fork(loader, original))
+        loader.worker_init_fn = WorkerHook(
+            original, record.source, endpoint, record.stack_dir,
+            _generators_for_fork(loader, original) if endpoint else None)
     started = _clock()  # the epoch's start: torch starts the workers inside this call
     _inside.active = True
     try:
@@ -235,9 +236,14 @@ def _generators_for_fork(loader, user_init_fn) -> list | None:
     """The random generators reachable from the dataset, found here, before torch forks the
     workers, so that a forked worker reads their states without walking the dataset itself (a
     first touch there of everything the walk reads: ~110 µs a worker on the way to its first
-    batch, against a few µs here). Only where that holds (rng.capture's `untouched`): workers
-    forked, and no worker_init_fn of the program, which could make generators of its own."""
+    batch, against ~7-10 µs here for a dataset of a few attributes). Only where that holds
+    (rng.capture's `untouched`): workers forked, and no worker_init_fn of the program, which
+    could make generators of its own; and only when this iter() starts workers (torch 2.13
+    resets a persistent iterator's workers: they ran their hook when they started)."""
     if user_init_fn is not None or torch_internals.worker_context(loader) != "fork":
+        return None
+    if getattr(loader, "persistent_workers", False) and \
+            getattr(loader, "_iterator", None) is not None:
         return None
     try:
         return rng.find_generators(getattr(loader, "dataset", None))

@@ -143,3 +143,20 @@ def test_looking_for_generators_never_imports_numpy_random_in_the_main_process(l
                          timeout=120, env={"LOADERTOP_DIR": str(lt_dir), "PATH": "/usr/bin"})
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "False", out.stdout
+
+
+def test_the_parent_walks_only_when_this_iter_forks_hooked_workers(monkeypatch):
+    walks = []
+    real = rng.find_generators
+    monkeypatch.setattr(rng, "find_generators", lambda dataset: walks.append(1) or real(dataset))
+    persistent = loadertop.instrument(
+        DataLoader(_Seeds(), batch_size=None, num_workers=2, multiprocessing_context="fork",
+                   persistent_workers=True), name="rng-persistent")
+    for _ in range(3):  # torch 2.13 resets the same workers at the 2nd and 3rd iter()
+        assert len(list(persistent)) == 8
+    assert len(walks) == 1
+    spawned = loadertop.instrument(
+        DataLoader(WorkloadDataset("cheap", length=4, rng="init"), batch_size=2, num_workers=1,
+                   multiprocessing_context="spawn"), name="rng-spawned")
+    assert len(list(spawned)) == 2
+    assert len(walks) == 1  # spawned workers walk their own copy: nothing found here for them
