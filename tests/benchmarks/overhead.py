@@ -2,7 +2,7 @@
 
     python tests/benchmarks/overhead.py [--batches 5000] [--rounds 21] [--slice 50]
                                         [--frozen-seconds 1]
-                                        [--epoch-rounds 3]
+                                        [--epoch-rounds 3] [--epoch-contexts fork,spawn,forkserver]
                                         [--short-rounds 3] [--only hot,micro,frozen,epoch,short]
 
 Every section runs its variants in a new shuffled order each round (a slow drift of the machine
@@ -40,7 +40,8 @@ this machine cannot tell it from nothing.
    paired design was tried and dropped: two trainer processes running the same loop over the
    same second, a viewer frozen on one, varied by 0.79-1.31 from round to round, no steadier.)
 4. epoch: `iter()` of a 2-worker loader plus its first batch, plain (twice) vs instrumented, for
-   fork, spawn and forkserver (spawn costs ~1.5-3.5 s a round here: --epoch-rounds).
+   fork, spawn and forkserver (spawn costs ~1.5-3.5 s a round here: --epoch-rounds); beside it
+   iter() alone, the main process's share, and the page faults the loop's thread takes there.
 5. short: a program that makes 30 short-lived 2-worker fork loaders and takes 4 batches from each
    (tests/benchmarks/short_loaders.py), run plain (twice) and under `loadertop run`; wall time of
    the whole process, ratio goal <= 1.05 (--short-rounds).
@@ -420,35 +421,57 @@ def frozen_viewer(seconds: float, rounds: int) -> None:
 
 
 # --------------------------------------------------------------------------- 4. epoch start
-def epoch_start(rounds: int) -> None:
+def epoch_start(rounds: int, contexts: tuple[str, ...] = ("fork", "spawn", "forkserver")) -> None:
     data = TensorDataset(torch.arange(64))
 
     def make(instrumented: bool, context: str):
         loader = DataLoader(data, batch_size=4, num_workers=2, multiprocessing_context=context)
         return loadertop.instrument(loader, name=f"epoch-{context}") if instrumented else loader
 
-    def measure(_, loader) -> float:
+    # The whole figure split in two: iter() alone is the main process's share (torch starts the
+    # workers inside it; what the workers do before their first batch lands in the first
+    # next()), and the page faults this thread takes inside iter(). After fork, every page the
+    # parent writes first is copied, and that is most of what the shim adds there: a count
+    # steadier than the clock (ad hoc, 300 rounds: iter() +0.47 ms over plain).
+    iter_ms: dict[str, list[float]] = {}
+    faults: dict[str, list[float]] = {}
+
+    def minflt() -> int:
+        return resource.getrusage(resource.RUSAGE_THREAD).ru_minflt
+
+    def measure(name, loader) -> float:
+        f0 = minflt()
         t0 = time.perf_counter()
         it = iter(loader)
+        t1 = time.perf_counter()
+        f1 = minflt()
         next(it)
         took = time.perf_counter() - t0
         del it  # shuts the workers down: not counted
+        iter_ms.setdefault(name, []).append((t1 - t0) * 1e3)
+        faults.setdefault(name, []).append(f1 - f0)
         return took
 
     print(f"4. epoch start: iter() + the first batch of a 2-worker loader, {rounds} rounds each, "
-          f"shuffled (ms):")
-    for context in ("fork", "spawn", "forkserver"):
+          f"shuffled (ms); iter() alone (the main process's share) and its page faults:")
+    for context in contexts:
         variants = {"plain": make(False, context), "plain again": make(False, context),
                     "instrumented": make(True, context)}
         for name, loader in variants.items():
             measure(name, loader)  # warm up: forkserver starts its server on first use
+        iter_ms.clear()
+        faults.clear()
         ms = shuffled_rounds(variants, rounds, 3, measure)
         print(f"  {context}:")
         table(ms, " ms", scale=1e3, digits=1)
-        scaled = {k: [x * 1e3 for x in v] for k, v in ms.items()}
         aa = ("plain", "plain again")
+        scaled = {k: [x * 1e3 for x in v] for k, v in ms.items()}
         print(f"    instrumented - plain  "
               f"{difference(scaled, 'instrumented', 'plain', aa, unit=' ms', digits=1)}")
+        print(f"    iter() alone          "
+              f"{difference(iter_ms, 'instrumented', 'plain', aa, unit=' ms', digits=2)}")
+        print(f"    faults in iter()      "
+              f"{difference(faults, 'instrumented', 'plain', aa, unit='', digits=0)}")
 
 
 # --------------------------------------------------------------------------- 5. short loaders
@@ -516,6 +539,8 @@ def main() -> None:
     parser.add_argument("--frozen-seconds", type=float, default=1.0,
                         help="seconds of each frozen-section round (whole report periods)")
     parser.add_argument("--epoch-rounds", type=int, default=3)
+    parser.add_argument("--epoch-contexts", default="fork,spawn,forkserver",
+                        help="start methods of the epoch section (fork alone: ~0.1 s a round)")
     parser.add_argument("--short-rounds", type=int, default=3)
     parser.add_argument("--short-suspects", default="",
                         help="also run `loadertop run` with these LT_SHORT_SUSPECT values, e.g. "
@@ -537,7 +562,7 @@ def main() -> None:
     if "frozen" in only:
         frozen_viewer(args.frozen_seconds, max(5, args.rounds // 3))
     if "epoch" in only:
-        epoch_start(args.epoch_rounds)
+        epoch_start(args.epoch_rounds, tuple(args.epoch_contexts.split(",")))
     if "short" in only:
         short_loaders(args.short_rounds, suspects=args.short_suspects)
     print(f"({time.monotonic() - t0:.0f} s)")
