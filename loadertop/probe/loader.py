@@ -238,7 +238,7 @@ def _generators_for_fork(loader, user_init_fn) -> list | None:
     first touch there of everything the walk reads: ~110 µs a worker on the way to its first
     batch). Here it costs ~90 µs and ~28 page faults by median for a dataset of a few
     attributes, in a loop of 2-worker epochs (each fork leaves the parent's pages to be copied
-    at their next write; ~7-10 µs warm): about a worker's saving, once, and not in every worker.
+    at their next write; ~7-10 µs warm): about one worker's saving, paid once, not in each.
     Only where that holds (rng.capture's `untouched`): workers forked, and no worker_init_fn of
     the program, which could make generators of its own; and only when this iter() starts
     workers (torch 2.13 resets a persistent iterator's workers: they ran their hook when they

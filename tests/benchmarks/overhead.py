@@ -431,8 +431,9 @@ def epoch_start(rounds: int, contexts: tuple[str, ...] = ("fork", "spawn", "fork
     # The whole figure split in two: iter() alone is the main process's share (torch starts the
     # workers inside it; what the workers do before their first batch lands in the first
     # next()), and the page faults this thread takes inside iter(). After fork, every page the
-    # parent writes first is copied, and that is most of what the shim adds there: a count
-    # steadier than the clock (ad hoc, 300 rounds: iter() +0.47 ms over plain).
+    # parent writes first is copied, and that is most of what the shim adds there as we read
+    # it (ad hoc, 300 rounds: iter() +0.47 ms over plain); the count resolves where the clock
+    # does not.
     iter_ms: dict[str, list[float]] = {}
     faults: dict[str, list[float]] = {}
 
@@ -464,8 +465,8 @@ def epoch_start(rounds: int, contexts: tuple[str, ...] = ("fork", "spawn", "fork
         ms = shuffled_rounds(variants, rounds, 3, measure)
         print(f"  {context}:")
         table(ms, " ms", scale=1e3, digits=1)
-        aa = ("plain", "plain again")
         scaled = {k: [x * 1e3 for x in v] for k, v in ms.items()}
+        aa = ("plain", "plain again")
         print(f"    instrumented - plain  "
               f"{difference(scaled, 'instrumented', 'plain', aa, unit=' ms', digits=1)}")
         print(f"    iter() alone          "
@@ -540,7 +541,7 @@ def main() -> None:
                         help="seconds of each frozen-section round (whole report periods)")
     parser.add_argument("--epoch-rounds", type=int, default=3)
     parser.add_argument("--epoch-contexts", default="fork,spawn,forkserver",
-                        help="start methods of the epoch section (fork alone: ~0.1 s a round)")
+                        help="start methods of the epoch section (fork alone: ~0.12 s a round here)")
     parser.add_argument("--short-rounds", type=int, default=3)
     parser.add_argument("--short-suspects", default="",
                         help="also run `loadertop run` with these LT_SHORT_SUSPECT values, e.g. "
