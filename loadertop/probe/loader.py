@@ -212,6 +212,7 @@ def instrumented_iter(loader, record: LoaderRecord, endpoint: str | None, origin
     `iterators`: (multi-worker, num_workers=0) classes of `_iterator_classes`; by default those of
     HOT_PATH (tests and the benchmark pass PY_ITERATORS to run the pure-Python one).
     """
+    record.refresh_config(loader)  # before torch forks the workers: see LoaderRecord.attach
     num_workers = getattr(loader, "num_workers", 0) or 0
     hooked = num_workers > 0 and hasattr(loader, "worker_init_fn")
     if hooked:

@@ -73,14 +73,17 @@ class EpochPairing:
     unpaired. With `in_order=False` batches come in completion order: nothing is paired.
     """
 
-    __slots__ = ("pids", "generation", "limit", "unpaired", "received")
+    __slots__ = ("pids", "generation", "limit", "unpaired", "received", "workers", "expected")
 
-    def __init__(self, pids: list[int | None], generation: int, unpaired: str | None) -> None:
-        self.pids = pids
+    def __init__(self, pids: list[int | None] | None, generation: int, unpaired: str | None,
+                 workers=None, expected: int = 0) -> None:
+        self.pids = pids  # None until LoaderRecord._resolve_epochs reads them from `workers`
         self.generation = generation
         self.limit: int | None = None  # the first task index that can no longer be named
         self.unpaired = unpaired
         self.received = 0
+        self.workers = workers  # torch's list of the epoch's Process objects, until resolved
+        self.expected = expected  # the loader's num_workers when the epoch began
 
     def key(self, c: int) -> tuple[int | None, int, int]:
         w = len(self.pids)
@@ -176,6 +179,7 @@ class LoaderRecord:
         self.loop_samples: deque = deque(maxlen=4096)
         self._iterator_ref = None
         self._pairings: deque = deque(maxlen=64)  # one EpochPairing per EPOCH_MARK, in order
+        self._unresolved: deque = deque()  # pairings whose pids the publisher has yet to read
         self._iter_starts: deque = deque(maxlen=64)  # each EPOCH_MARK's iter() start, in order
         self.error: wire.LoopError | None = None  # the last exception out of next() this epoch
         self._error_new = False
@@ -191,6 +195,7 @@ class LoaderRecord:
         self.process_started_at = process_started_at
         self._loader_ref = _weak(loader)
         self.config = wire.LoaderConfig(**torch_internals.loader_config(loader))
+        self._config_key: tuple | None = _settings_key(loader)  # what `config` was read from
         # --- publisher-thread state ---
         self.seq = 0
         self.epoch = 0
@@ -241,41 +246,53 @@ class LoaderRecord:
     # ------------------------------------------------------------ training thread (not hot)
     def attach(self, iterator, started_ns: int | None = None) -> None:
         """A new epoch's iterator: called from the loader's __iter__, never per batch.
-        `started_ns` is when that __iter__ began (the workers start inside it)."""
+        `started_ns` is when that __iter__ began (the workers start inside it).
+
+        This runs right after torch forked the epoch's workers, where every page of this process
+        the loop's thread writes first is copied (a page fault each: ~87 of them and 0.38 ms here
+        when this read the workers' pids and the loader's settings itself). So it keeps to
+        references and appends: the settings are read before the fork (`refresh_config`), and the
+        workers' pids on the publisher thread (`_resolve_epochs`), from torch's own list of the
+        epoch's Process objects, which stays readable after a worker dies or the iterator goes."""
         same_iterator = self.iterator is iterator  # persistent workers: one iterator, reset
         self._iterator_ref = _weak(iterator)
-        self._loop_thread = threading.get_ident()
+        thread = threading.get_ident()
+        if thread != self._loop_thread or self._loop_cpu_clock is None:
+            self._loop_thread = thread
+            self._loop_cpu_clock = _thread_cpu_clock()
         self.error = None
-        # torch starts the workers in the iterator's __init__: remember them now, not at the next
-        # 1 Hz sample, or a worker that dies (and takes the iterator with it) within the first
-        # second of an epoch is never reported dead.
-        try:
-            self._worker_procs = torch_internals.worker_pids(iterator)
-        except Exception:
-            pass
-        self._worker_status = {}  # the previous epoch's workers are not this epoch's
-        self._loop_cpu_clock = _thread_cpu_clock()
-        loader = self._loader_ref() if self._loader_ref else None
-        if loader is not None:
-            try:
-                self.config = wire.LoaderConfig(**torch_internals.loader_config(loader))
-            except Exception:
-                pass
         # A persistent worker makes a new fetcher per epoch (a new "generation" of its batch
         # count); new workers start at generation 0.
         self._generation = self._generation + 1 if same_iterator else 0
-        pairing = self._epoch_pairing(iterator)
-        if pairing is not None:
-            # Registered here, before any batch, so an iterable worker's "ran out" notice always
-            # finds its epoch (the publisher thread only reads this dict).
-            recent = self._recent_pairings
-            for pid in pairing.pids:
-                recent[(pid, pairing.generation)] = pairing
-            while len(recent) > 256:
-                del recent[next(iter(recent))]
+        num_workers = self.config.num_workers
+        if num_workers:
+            # torch 2.13 starts the workers in the iterator's __init__ and keeps them in
+            # `_workers`: holding that list now, not at the next 1 Hz sample, means a worker that
+            # dies (and takes the iterator with it) in the first second is still reported dead.
+            pairing: EpochPairing | None = EpochPairing(
+                None, self._generation,
+                "in_order_false" if getattr(iterator, "_in_order", True) is False else None,
+                getattr(iterator, "_workers", None), num_workers)
+            self._unresolved.append(pairing)
+        else:
+            pairing = None
         self._pairings.append(pairing)
         self._iter_starts.append(started_ns)
         self.events.append(EPOCH_MARK)
+
+    def refresh_config(self, loader) -> None:
+        """The loader's settings, read again before each epoch's iterator (and so before torch
+        forks its workers): only where one that can change after a DataLoader is made
+        (num_workers, prefetch_factor, pin_memory, multiprocessing_context; torch 2.13 refuses to
+        set the others) or the loader's class or dataset differ from the last time."""
+        try:
+            key = _settings_key(loader)
+            if key == self._config_key:
+                return
+            self.config = wire.LoaderConfig(**torch_internals.loader_config(loader))
+            self._config_key = key
+        except Exception:
+            pass
 
     def note_error(self, exc: BaseException) -> None:
         """The loop's next() raised (not StopIteration): once, as the loop ends, never per batch."""
@@ -287,18 +304,28 @@ class LoaderRecord:
                                     at=time.time())
         self._error_new = True
 
-    def _epoch_pairing(self, iterator) -> EpochPairing | None:
-        if self.config.num_workers == 0:
-            return None
-        pids = [pid for _, pid, _ in self._worker_procs]
-        unpaired = None
-        if self.unhooked_pids.intersection(pids):
-            unpaired = "workers_unhooked"  # started before `loadertop attach`: they send nothing
-        elif getattr(iterator, "_in_order", True) is False:
-            unpaired = "in_order_false"
-        elif len(pids) != self.config.num_workers or None in pids:
-            unpaired = "unreadable"
-        return EpochPairing(pids, self._generation, unpaired)
+    def _resolve_epochs(self) -> None:
+        """Publisher thread: the pids of the epochs attached since the last call, read from the
+        Process objects `attach` kept, and each epoch's pairing registered under them (before
+        any of its workers' samples or its mark is handled: every caller of those calls this)."""
+        unresolved = self._unresolved
+        while unresolved:
+            pairing = unresolved.popleft()
+            procs = torch_internals.worker_pids_in(pairing.workers)
+            pairing.workers = None
+            pids = [pid for _, pid, _ in procs]
+            pairing.pids = pids
+            if self.unhooked_pids.intersection(pids):
+                pairing.unpaired = "workers_unhooked"  # started before `loadertop attach`
+            elif pairing.unpaired is None and (len(pids) != pairing.expected or None in pids):
+                pairing.unpaired = "unreadable"
+            recent = self._recent_pairings
+            for pid in pids:
+                recent[(pid, pairing.generation)] = pairing
+            while len(recent) > 256:
+                del recent[next(iter(recent))]
+            self._worker_procs = procs
+            self._worker_status = {}  # the previous epoch's workers are not this epoch's
 
     def alive(self) -> bool:
         """False once the loader is garbage-collected and no iterator of it remains."""
@@ -352,6 +379,7 @@ class LoaderRecord:
         of a core to 0.47-0.52 % at 38-57k batches/s (tests/benchmarks/probe_cpu.py, fast0, three
         6 s runs of each, alternated).
         """
+        self._resolve_epochs()
         events = self.events
         # A StampRing splits its steady stamps where they lie (no int made per stamp, then read
         # back); refused (a mark, a 0, lost stamps), they are taken and go the general way.
@@ -496,6 +524,7 @@ class LoaderRecord:
             self._epoch_starts_ms.append(round((first_t1 - started) / 1e6, 3))
 
     def _next_pairing(self) -> None:
+        self._resolve_epochs()  # attach queued this mark's pairing before the mark itself
         self._pairing = self._pairings.popleft() if self._pairings else None
         self._count_mismatch = False
 
@@ -593,6 +622,7 @@ class LoaderRecord:
     def add_worker_sample(self, sample: wire.WorkerSample) -> None:
         key = (sample.pid, sample.generation, sample.seq)
         if sample.ended:
+            self._resolve_epochs()  # the notice's epoch, attached since the last report
             pairing = self._recent_pairings.get((sample.pid, sample.generation))
             if pairing is not None:
                 task = sample.seq * len(pairing.pids) + pairing.pids.index(sample.pid)
@@ -621,6 +651,7 @@ class LoaderRecord:
 
     def add_worker_start(self, start: wire.WorkerStart) -> None:
         """A worker process's first message: the random states it starts with."""
+        self._resolve_epochs()
         if len(self._rng) >= wire.MAX_WORKERS:
             current = {pid for _, pid, _ in self._worker_procs}
             self._rng = {pid: v for pid, v in self._rng.items() if pid in current}
@@ -748,6 +779,7 @@ class LoaderRecord:
     def sample_workers(self) -> None:
         """Liveness, CPU % and RSS of the current iterator's workers (~1 Hz); CPU and RSS only
         once a viewer has subscribed (psutil: see publisher._loading)."""
+        self._resolve_epochs()
         psutil = resources.psutil
         it = self.iterator
         if it is not None:
@@ -1038,6 +1070,19 @@ def decimated_micros(samples_ns: list[int]) -> list[int]:
         if out is not None:
             return out
     return py_decimated_micros(samples_ns)
+
+
+def _settings_key(loader) -> tuple | None:
+    """What LoaderRecord.config is read from, in a form cheap to compare (see refresh_config)."""
+    try:
+        return (getattr(loader, "num_workers", None), getattr(loader, "prefetch_factor", None),
+                getattr(loader, "pin_memory", None),
+                getattr(loader, "multiprocessing_context", None),
+                getattr(loader, "batch_size", None), getattr(loader, "drop_last", None),
+                getattr(loader, "persistent_workers", None), type(loader),
+                type(getattr(loader, "dataset", None)))
+    except Exception:
+        return None
 
 
 def _weak(obj):

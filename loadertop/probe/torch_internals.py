@@ -84,9 +84,17 @@ def outstanding_by_worker(it) -> dict[int, int] | None:
 
 def worker_pids(it) -> list[tuple[int, int | None, object]]:
     """(worker id, pid, process object) for the iterator's workers; [] for num_workers=0."""
+    try:
+        return worker_pids_in(getattr(it, "_workers", None))
+    except Exception:
+        return []
+
+
+def worker_pids_in(workers) -> list[tuple[int, int | None, object]]:
+    """(worker id, pid, process object) for a list of an iterator's workers (its `_workers`)."""
     out = []
     try:
-        workers = list(getattr(it, "_workers", ()) or ())
+        workers = list(workers or ())
     except Exception:
         return []
     for wid, proc in enumerate(workers):
