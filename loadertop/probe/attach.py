@@ -205,6 +205,7 @@ def _register(it, frame, state: _Attached):
         if entry is autoinstrument._SKIP:
             return _SKIP
         record = entry[1]
+        record.refresh_config(loader)
     else:
         record = publisher.register(_IteratorView(it), publisher.unique_name(None))
     record.unhooked_pids.update(pid for _, pid, _ in torch_internals.worker_pids(it) if pid)
