@@ -306,10 +306,13 @@ def test_the_rings_split_leaves_lost_stamps_to_take():
 def test_a_stamp_pushed_while_the_rings_split_allocates_stays_for_the_next_drain():
     """As for take() (test_hotpath): making the result can run a collection whose finalizer
     pushes, as the training thread could while the GIL is released."""
-    ring = recmod.StampRing(1 << 10)
-    ring.extend(_batches(BASE, 3))
-    parts = call_while_a_finalizer_runs(lambda: ring.append(BASE + 10_000),
-                                        lambda: ring.take_split(None, None, True))
+    def make():
+        ring = recmod.StampRing(1 << 10)
+        ring.extend(_batches(BASE, 3))
+        return (lambda: ring.append(BASE + 10_000)), \
+            (lambda: ring.take_split(None, None, True)), ring
+
+    parts, ring = call_while_a_finalizer_runs(make)
     assert parts[0] == [700, 700, 700] and parts[6] == [BASE, BASE + 1000, BASE + 2000]
     assert ring.take() == ([BASE + 10_000], 0)
 

@@ -273,9 +273,12 @@ def test_c_a_stamper_keeps_its_ring_alive():
 def test_a_stamp_pushed_while_take_allocates_is_neither_lost_nor_taken_twice():
     """take()'s list allocation can run a garbage collection, and a finalizer then runs Python
     code: here it pushes a stamp, as the training thread could while the GIL is released."""
-    ring = loader._hotpath.StampRing(1 << 10)
-    ring.extend([1, -2, 3])
-    first, lost = call_while_a_finalizer_runs(lambda: ring.append(-4), ring.take)
+    def make():
+        ring = loader._hotpath.StampRing(1 << 10)
+        ring.extend([1, -2, 3])
+        return (lambda: ring.append(-4)), ring.take, ring
+
+    (first, lost), ring = call_while_a_finalizer_runs(make)
     second, _ = ring.take()
     assert lost == 0
     assert first + second == [1, -2, 3, -4]  # each stamp once, in order
