@@ -224,3 +224,29 @@ def test_a_signal_dump_and_a_timeout_dump_both_parse():
     # two dumps: the one before the last (which may still be being written)
     assert stacks.parse_dump(signal_dump + signal_dump.replace("9 in read", "10 in read")) == \
         [("/data/ds.py", 20, "__getitem__"), ("/data/ds.py", 9, "read")]
+
+
+def test_a_workers_flush_at_exit_runs_after_multiprocessing_removes_its_temporary_directory():
+    # torch's data-queue feeder thread may still be sending the worker's first tensor at exit,
+    # making a resource_sharer socket in that directory: a flush run before the removal widened
+    # the window in which rmtree found the directory not empty (see worker._flush_at_exit).
+    from multiprocessing import util
+
+    util.get_temp_dir()  # registers the removal, as a worker's first tensor sent does
+    removal = [key for key, finalizer in util._finalizer_registry.items()
+               if getattr(finalizer, "_callback", None) is util._remove_temp_dir]
+    assert removal, "multiprocessing registers no removal of its temporary directory"
+    flushed: list[bool] = []
+
+    class Held:
+        def after_first_batch(self) -> None:
+            flushed.append(True)
+
+    before = set(util._finalizer_registry)
+    worker._flush_at_exit(Held())
+    (key,) = set(util._finalizer_registry) - before
+    try:
+        assert key[0] < removal[0][0]  # (exitpriority, order): lower runs later
+    finally:
+        util._finalizer_registry[key]()  # run (and so unregister) it now, not at this exit
+    assert flushed == [True]
