@@ -195,7 +195,8 @@ class LoaderRecord:
         self.process_started_at = process_started_at
         self._loader_ref = _weak(loader)
         self.config = wire.LoaderConfig(**torch_internals.loader_config(loader))
-        self._config_key: tuple | None = _settings_key(loader)  # what `config` was read from
+        # what `config` was read from (see refresh_config)
+        self._config_key: tuple | None = torch_internals.settings_key(loader)
         # --- publisher-thread state ---
         self.seq = 0
         self.epoch = 0
@@ -256,10 +257,10 @@ class LoaderRecord:
         epoch's Process objects, which stays readable after a worker dies or the iterator goes."""
         same_iterator = self.iterator is iterator  # persistent workers: one iterator, reset
         self._iterator_ref = _weak(iterator)
-        thread = threading.get_ident()
-        if thread != self._loop_thread or self._loop_cpu_clock is None:
-            self._loop_thread = thread
-            self._loop_cpu_clock = _thread_cpu_clock()
+        self._loop_thread = threading.get_ident()
+        # Read at every epoch: a thread's ident can be reused by a later thread, whose kernel
+        # thread, and so CPU clock, is another.
+        self._loop_cpu_clock = _thread_cpu_clock()
         self.error = None
         # A persistent worker makes a new fetcher per epoch (a new "generation" of its batch
         # count); new workers start at generation 0.
@@ -282,11 +283,10 @@ class LoaderRecord:
 
     def refresh_config(self, loader) -> None:
         """The loader's settings, read again before each epoch's iterator (and so before torch
-        forks its workers): only where one that can change after a DataLoader is made
-        (num_workers, prefetch_factor, pin_memory, multiprocessing_context; torch 2.13 refuses to
-        set the others) or the loader's class or dataset differ from the last time."""
+        forks its workers): only where `torch_internals.settings_key` differs from the last
+        time."""
         try:
-            key = _settings_key(loader)
+            key = torch_internals.settings_key(loader)
             if key == self._config_key:
                 return
             self.config = wire.LoaderConfig(**torch_internals.loader_config(loader))
@@ -307,7 +307,8 @@ class LoaderRecord:
     def _resolve_epochs(self) -> None:
         """Publisher thread: the pids of the epochs attached since the last call, read from the
         Process objects `attach` kept, and each epoch's pairing registered under them (before
-        any of its workers' samples or its mark is handled: every caller of those calls this)."""
+        any of its workers' samples or its mark is handled: every caller of those calls this;
+        the drain's call is at the mark, since attach queues the pairing before the mark)."""
         unresolved = self._unresolved
         while unresolved:
             pairing = unresolved.popleft()
@@ -379,7 +380,6 @@ class LoaderRecord:
         of a core to 0.47-0.52 % at 38-57k batches/s (tests/benchmarks/probe_cpu.py, fast0, three
         6 s runs of each, alternated).
         """
-        self._resolve_epochs()
         events = self.events
         # A StampRing splits its steady stamps where they lie (no int made per stamp, then read
         # back); refused (a mark, a 0, lost stamps), they are taken and go the general way.
@@ -1070,19 +1070,6 @@ def decimated_micros(samples_ns: list[int]) -> list[int]:
         if out is not None:
             return out
     return py_decimated_micros(samples_ns)
-
-
-def _settings_key(loader) -> tuple | None:
-    """What LoaderRecord.config is read from, in a form cheap to compare (see refresh_config)."""
-    try:
-        return (getattr(loader, "num_workers", None), getattr(loader, "prefetch_factor", None),
-                getattr(loader, "pin_memory", None),
-                getattr(loader, "multiprocessing_context", None),
-                getattr(loader, "batch_size", None), getattr(loader, "drop_last", None),
-                getattr(loader, "persistent_workers", None), type(loader),
-                type(getattr(loader, "dataset", None)))
-    except Exception:
-        return None
 
 
 def _weak(obj):

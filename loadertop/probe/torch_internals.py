@@ -160,6 +160,22 @@ def worker_context(loader) -> str | None:
     return ctx.get_start_method() if hasattr(ctx, "get_start_method") else str(ctx)
 
 
+def settings_key(loader) -> tuple | None:
+    """What `loader_config` reads, in a form cheap to compare: the settings a DataLoader lets
+    change once made (num_workers, prefetch_factor, pin_memory, multiprocessing_context; torch
+    2.13 refuses to set batch_size, drop_last, persistent_workers... after __init__, a
+    loader-like may not), the loader's class and the dataset's."""
+    try:
+        return (getattr(loader, "num_workers", None), getattr(loader, "prefetch_factor", None),
+                getattr(loader, "pin_memory", None),
+                getattr(loader, "multiprocessing_context", None),
+                getattr(loader, "batch_size", None), getattr(loader, "drop_last", None),
+                getattr(loader, "persistent_workers", None), type(loader),
+                type(getattr(loader, "dataset", None)))
+    except Exception:
+        return None
+
+
 def loader_config(loader) -> dict:
     """The loader's settings as reported on the wire (best effort for loader-likes)."""
     num_workers = int(getattr(loader, "num_workers", 0) or 0)

@@ -417,8 +417,8 @@ def _flush_at_exit(sender: _Sender) -> None:
     Last of them, after multiprocessing removes the worker's temporary directory (exitpriority
     -100). torch 2.13's worker leaves its data queue's feeder thread running at exit
     (`cancel_join_thread`), and the feeder's first tensor sent makes a `resource_sharer`
-    listener socket in that directory: a flush run before the removal (connect, digests, send:
-    a few hundred µs holding the GIL) widened the window in which the feeder adds its socket
+    listener socket in that directory: a flush run before the removal (connect, digest the
+    states, send, holding the GIL) widened, as we read it, the window in which the feeder adds its socket
     while `rmtree` empties the directory, which then printed `OSError: [Errno 39] Directory not
     empty` from the worker. Counted in 2-worker fork epochs dropped after their first batch
     (1,000 a process, the variants alternated): 10 in 5,000 epochs with the flush first
