@@ -38,7 +38,7 @@ before its first batch costs mostly the first touch of pages shared with its par
 5-7 µs a page fault on this VM, as we read the parts' times against their fault counts). Before
 the first batch are only what must be: the stack handler (a worker stuck in that very batch is
 the classic fork deadlock; the main process finds its memfd without the start message),
-SIGTERM's reset, the fetch timing, and copying the random states before the dataset draws
+the fetch timing, and copying the random states before the dataset draws
 (probe/rng.py). Timed inside real 2-worker fork workers here (medians
 of ~150-200 workers a run), the hook plus the start message took 1140-1414 µs (184-198
 page faults, two runs) sent before the first batch, and 569-685 µs (88-100 faults, three runs)
@@ -399,7 +399,15 @@ def _start(hook: WorkerHook, worker_id: int) -> None:
         return
     _started[0] = pid
     arm_stack_dump(hook.stack_dir)
-    _reset_inherited_signal_handlers()
+    # SIGTERM is left as torch set it: torch 2.13's `_worker_loop` installs its C handler
+    # (`_set_worker_signal_handlers`, before any worker_init_fn), which exits 0 when the parent
+    # sends SIGTERM (multiprocessing's atexit terminating the daemonic workers of an iterator
+    # still alive at exit), so that the parent's SIGCHLD handler does not report the worker as
+    # killed. A forked worker's `signal.getsignal(SIGTERM)` still names the parent's Python
+    # handler (publisher._on_sigterm): Python caches it, though the C handler has replaced it.
+    # Resetting it to SIG_DFL here, as this hook once did, replaced torch's handler: a program
+    # exiting with a live iterator then printed "DataLoader worker (pid N) is killed by signal:
+    # Terminated" from atexit (12 in 20 runs here, 0 in 20 plain).
     sender = _Sender(hook.endpoint, hook.source, worker_id)
     sender.deferred = True
     if hook.user_init_fn is None:
@@ -459,18 +467,3 @@ def _withdraw_stack_file() -> None:
         os.close(fd)
     except OSError:
         pass
-
-
-def _reset_inherited_signal_handlers() -> None:
-    # A forked worker inherits the parent's SIGTERM cleanup handler; torch terminates workers
-    # with SIGTERM, which must keep its default meaning here.
-    # Only a process that has the publisher module can have its handler: a forked worker. A
-    # spawned or forkserver worker does not, and importing it there (psutil, the system
-    # readers...) cost ~30 ms per worker from bytecode, ~170 ms without.
-    import sys
-
-    publisher = sys.modules.get("loadertop.probe.publisher")
-    if publisher is None:
-        return
-    if signal.getsignal(signal.SIGTERM) is getattr(publisher, "_on_sigterm", None):
-        signal.signal(signal.SIGTERM, signal.SIG_DFL)
