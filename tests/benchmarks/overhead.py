@@ -31,7 +31,10 @@ this machine cannot tell it from nothing.
 3. frozen: the instrumented loop without a viewer (twice: A/A) and with a real subscriber
    process frozen by SIGSTOP (its socket buffers fill, the publisher must drop, never block);
    throughput ratio, goal >= 0.99. A control variant starts the same viewer, lets it subscribe,
-   kills it and waits as long: the disturbance of starting a process, without a frozen viewer.
+   kills it and waits as long: the disturbance of starting a process, without a frozen viewer;
+   another idles the loop's thread as long as a viewer's start takes (the median so far), without
+   a process: earlier runs read the control ~1.7 % under "no viewer", and a pause alone (an idle
+   core slowing down) was the other suspect.
    Beside the rates, the publisher thread's CPU share in each variant (its own CPU clock), and
    that of every thread but the loop's (the process's CPU clock less the loop thread's: the
    publisher and ZeroMQ's I/O threads): a frozen viewer can only slow the loop through more work
@@ -347,8 +350,9 @@ def frozen_viewer(seconds: float, rounds: int) -> None:
     # The publisher thread's CPU per variant, from its own clock: the one way a frozen viewer
     # could slow the loop is more work on that thread (publishing runs there, holding the GIL),
     # and a CPU share is steadier here than the loop's rate, which swings with the machine.
-    variants = {"no viewer": None, "no viewer again": None,
+    variants = {"no viewer": None, "no viewer again": None, "no viewer, paused as long": None,
                 "viewer started, killed, 0.5 s": None, "frozen viewer": None}
+    preludes: list[float] = []  # seconds from a viewer's start to its round's warm-up
     share: dict[str, list[float]] = {name: [] for name in variants}
     others: dict[str, list[float]] = {name: [] for name in variants}
 
@@ -376,6 +380,14 @@ def frozen_viewer(seconds: float, rounds: int) -> None:
     def measure(name, _):
         if name in ("no viewer", "no viewer again"):
             return timed(name)
+        if name == "no viewer, paused as long":
+            # The loop's thread idles as long as it does while a viewer starts and subscribes:
+            # the pause without the process.
+            deadline = time.monotonic() + (statistics.median(preludes) if preludes else 1.0)
+            while time.monotonic() < deadline:
+                time.sleep(0.01)
+            return timed(name)
+        started = time.monotonic()
         viewer = subprocess.Popen(
             [sys.executable, "-m", "loadertop", "snapshot", "--seconds", "600",
              publisher.endpoint], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -392,6 +404,7 @@ def frozen_viewer(seconds: float, rounds: int) -> None:
                 viewer.wait()
                 _wait_unsubscribed(publisher)
             time.sleep(0.5)  # as long after the viewer's start as in the frozen case
+            preludes.append(time.monotonic() - started)
             return timed(name)
         finally:
             if viewer.poll() is None:
@@ -408,6 +421,9 @@ def frozen_viewer(seconds: float, rounds: int) -> None:
     control = "viewer started, killed, 0.5 s"
     print(f"  frozen / none (goal >= 0.99):     {ratio(rate, 'frozen viewer', 'no viewer', aa, True)}")
     print(f"  control / none:                   {ratio(rate, control, 'no viewer', aa, True)}")
+    paused = "no viewer, paused as long"
+    print(f"  paused / none:                    {ratio(rate, paused, 'no viewer', aa, True)}")
+    print(f"  frozen / paused:                  {ratio(rate, 'frozen viewer', paused, aa, True)}")
     print(f"  frozen / control (the viewer's share): "
           f"{ratio(rate, 'frozen viewer', control, aa, True)}")
     print("  the publisher thread's CPU while the loop ran (% of a core, its own clock):")
