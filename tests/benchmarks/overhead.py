@@ -383,9 +383,7 @@ def frozen_viewer(seconds: float, rounds: int) -> None:
         if name == "no viewer, paused as long":
             # The loop's thread idles as long as it does while a viewer starts and subscribes:
             # the pause without the process.
-            deadline = time.monotonic() + (statistics.median(preludes) if preludes else 1.0)
-            while time.monotonic() < deadline:
-                time.sleep(0.01)
+            time.sleep(statistics.median(preludes) if preludes else 1.0)
             return timed(name)
         started = time.monotonic()
         viewer = subprocess.Popen(

@@ -383,25 +383,21 @@ def test_a_forked_worker_keeps_torchs_answer_to_its_parents_sigterm():
     # its own (pytest's may differ), set here for the test's duration.
     saved = signal.signal(signal.SIGTERM, publisher._on_sigterm)
     try:
-        _terminate_workers_as_multiprocessing_does_at_exit()
+        for instrumented in (False, True):
+            loader = DataLoader(SquareDataset(64), batch_size=4, num_workers=2,
+                                multiprocessing_context="fork")
+            it = iter(loadertop.instrument(loader) if instrumented else loader)
+            next(it)
+            workers = list(it._workers)
+            for worker in workers:
+                worker._popen.terminate()  # what multiprocessing's _exit_function does
+            for worker in workers:
+                worker.join(30)
+            assert [w.exitcode for w in workers] == [0, 0], \
+                f"instrumented={instrumented}: {[w.exitcode for w in workers]}"
+            del it
     finally:
         signal.signal(signal.SIGTERM, saved)
-
-
-def _terminate_workers_as_multiprocessing_does_at_exit() -> None:
-    for instrumented in (False, True):
-        loader = DataLoader(SquareDataset(64), batch_size=4, num_workers=2,
-                            multiprocessing_context="fork")
-        it = iter(loadertop.instrument(loader) if instrumented else loader)
-        next(it)
-        workers = list(it._workers)
-        for worker in workers:
-            worker._popen.terminate()  # what multiprocessing's _exit_function does
-        for worker in workers:
-            worker.join(30)
-        assert [w.exitcode for w in workers] == [0, 0], \
-            f"instrumented={instrumented}: {[w.exitcode for w in workers]}"
-        del it
 
 
 EXITS_WITH_A_LIVE_ITERATOR = """
