@@ -442,13 +442,15 @@ class CpuMeter:
 
 
 class SnapshotRun:
-    """`loadertop snapshot [--json] --seconds S ARGS` started in the background."""
+    """`loadertop snapshot [--json] --seconds S ARGS` started in the background; `command`
+    ("--once", or nothing: the viewer with its output not a terminal) for the viewer's report."""
 
     def __init__(self, directory: Path | str, *endpoints: str, seconds: float = 3.0,
-                 as_json: bool = True, env: dict | None = None) -> None:
-        args = ["snapshot", "--seconds", f"{seconds:g}", *endpoints]
+                 as_json: bool = True, env: dict | None = None,
+                 command: tuple[str, ...] = ("snapshot",)) -> None:
+        args = [*command, "--seconds", f"{seconds:g}", *endpoints]
         if as_json:
-            args.insert(1, "--json")
+            args.insert(len(command), "--json")
         self.seconds = seconds
         self.started = time.time()
         self.proc = subprocess.Popen(loadertop_cmd(*args), env=clean_env(directory, **(env or {})),
@@ -481,9 +483,11 @@ class SnapshotRun:
 
 
 def snapshot(directory: Path | str, *endpoints: str, seconds: float = 3.0, as_json: bool = True,
-             env: dict | None = None):
-    """Run `loadertop snapshot` to completion: (returncode, document or None, stdout, stderr)."""
-    return SnapshotRun(directory, *endpoints, seconds=seconds, as_json=as_json, env=env).result()
+             env: dict | None = None, command: tuple[str, ...] = ("snapshot",)):
+    """Run `loadertop snapshot` (or `command`) to completion: (returncode, document or None,
+    stdout, stderr)."""
+    return SnapshotRun(directory, *endpoints, seconds=seconds, as_json=as_json, env=env,
+                       command=command).result()
 
 
 def measured_cpu_fraction(clock: dict, worker, start: float, end: float) -> float | None:

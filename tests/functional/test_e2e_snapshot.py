@@ -82,6 +82,14 @@ def fleet():
             "tcp_pid": SnapshotRun(w["tcp"].dir, str(w["tcp"].pid), seconds=WINDOW_S),
         }
         results = {name: run.result() for name, run in runs.items()}
+        # The viewer's own report (`loadertop --once`, and `loadertop` whose output is not a
+        # terminal), after the others: two more processes would crowd the shared window.
+        viewer_runs = {
+            "io_once": SnapshotRun(w["io"].dir, seconds=WINDOW_S, as_json=False,
+                                   command=("--once",)),
+            "io_piped": SnapshotRun(w["io"].dir, seconds=WINDOW_S, as_json=False, command=()),
+        }
+        results.update((name, run.result()) for name, run in viewer_runs.items())
         after = {name: wl.status() for name, wl in w.items()}
         clocks = {name: wl.fetch_clock() for name, wl in w.items()}
         yield {"w": w, "entries": entries, "before": before, "after": after, "results": results,
@@ -171,6 +179,16 @@ def test_text_report_is_readable(fleet):
     assert str(fleet["w"]["io"].pid) in out
     assert "train" in out
     assert "Traceback" not in out + err
+
+
+@pytest.mark.parametrize("run", ["io_once", "io_piped"])
+def test_the_viewer_prints_the_report_once_or_when_not_on_a_terminal(fleet, run):
+    rc, _doc, out, err = fleet["results"][run]
+    assert rc == 0 and err == "", err
+    lines = out.splitlines()
+    assert lines[0].startswith("loadertop snapshot · ") and lines[0].endswith(f"· {WINDOW_S:g} s window")
+    assert any(line.startswith("train · ") and f":{fleet['w']['io'].pid} · " in line for line in lines)
+    assert any("where the time goes: step" in line for line in lines), out
 
 
 def test_cpu_burning_worker_has_high_cpu_fraction(fleet):
@@ -283,6 +301,14 @@ def test_no_process_found_exits_1_with_a_clear_message(lt_dir):
     rc, doc, out, err = snapshot(lt_dir, seconds=0.5)
     assert rc == 1 and doc is None and out == ""
     assert "no instrumented process found" in err and str(lt_dir) in err
+    assert "Traceback" not in err
+
+
+@pytest.mark.parametrize("command", [("--once",), ()], ids=["once", "piped"])
+def test_the_viewer_without_a_process_says_so_in_the_report_s_words(lt_dir, command):
+    rc, _doc, out, err = snapshot(lt_dir, seconds=0.5, as_json=False, command=command)
+    assert rc == 1 and out == ""
+    assert err.startswith(f"loadertop: no instrumented process found in {lt_dir}"), err
     assert "Traceback" not in err
 
 
