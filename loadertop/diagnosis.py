@@ -1114,17 +1114,18 @@ def _main_process_advice(facts: _Facts) -> list[str]:
     stages = facts.source.stages
     advice = ["more workers will not help: the main process receives and unpickles every batch"]
     tensors, size = stages.tensors_per_batch, stages.bytes_per_batch
-    small_tensors = "return fewer, larger tensors per batch (one stacked tensor instead of lists or " \
-                    "dicts of many small ones): each tensor crosses processes with its own " \
-                    "shared-memory handle"
     if tensors is not None and size is not None and tensors >= MANY_TENSORS_PER_BATCH \
             and size / tensors < SMALL_TENSOR_BYTES:
         advice.insert(0, f"a batch holds {tensors} tensors of {_bytes(size / tensors)} on average: "
                          "the handoff pays per tensor (a shared-memory handle and a file descriptor "
                          "each); stack them into a few large tensors in collate_fn")
         advice.insert(1, _SHARE_BY_FILE_NAME)
-    else:
-        advice.append(small_tensors)
+    elif tensors is None or tensors >= MANY_TENSORS_PER_BATCH:
+        # Unknown (no census yet, or a batch too large to count), or many large tensors: the
+        # general advice. Where the workers counted a few tensors, it would be wrong to give.
+        advice.append("return fewer, larger tensors per batch (one stacked tensor instead of lists "
+                      "or dicts of many small ones): each tensor crosses processes with its own "
+                      "shared-memory handle")
     advice.append("use a cheap collate_fn: stack in the workers, avoid Python-object batches")
     if config.pin_memory:
         advice.append("pin_memory=True copies every batch in a thread of the main process: compare "

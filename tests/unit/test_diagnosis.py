@@ -681,8 +681,13 @@ def test_many_small_tensors_lead_the_main_process_advice():
     assert "spawn and forkserver workers run it too" in v.advice[1]
     few = diagnose(input_bound(stages=split(0.8, tensors_per_batch=2, bytes_per_batch=1 << 20),
                                queue={"ready_when_waiting": 0.9}), make_system())
-    assert "64 tensors" not in text(few) and "fewer, larger tensors" in text(few)
-    assert "set_sharing_strategy" not in text(few)
+    assert "64 tensors" not in text(few) and "set_sharing_strategy" not in text(few)
+    # the batch already is a few tensors: no advice to make it fewer (seen live: 1 tensor a batch)
+    assert "fewer, larger tensors" not in text(few)
+    assert few.advice[0].startswith("more workers will not help")
+    uncounted = diagnose(input_bound(stages=split(0.8), queue={"ready_when_waiting": 0.9}),
+                         make_system())
+    assert "fewer, larger tensors" in text(uncounted)
 
 
 def test_input_bound_verdicts_quote_the_producing_share():
