@@ -32,6 +32,7 @@ import weakref
 from pathlib import Path
 
 from loadertop import discovery, endpoints, environment, wire
+from loadertop.probe import torch_internals
 from loadertop.probe.inbox import WorkerInbox
 from loadertop.probe.record import LoaderRecord
 from loadertop.probe.resources import RESOURCE_S, ResourceSampler
@@ -566,11 +567,16 @@ class Publisher:
             except Exception:
                 pass
         sent_at = time.time()
+        failure = torch_internals.uncaught_worker_failure()
         for record in list(self.records):
             try:
                 # How the workers ended, read now: a worker the OOM killer took a moment ago is
                 # what made the loop crash, and the last 1 Hz reading still shows it alive.
                 record.sample_workers()
+                # The program dies of torch's report of this loader's worker, raised outside
+                # next() (torch's SIGCHLD handler, mid-step): the loop crashed of it all the same.
+                if failure is not None and record.error is None and record.had_worker(failure[1]):
+                    record.note_error(failure[0])
                 self._send(zmq, pub, record.report(time.perf_counter_ns(), sent_at, None))
                 self._send(zmq, pub, record.goodbye(sent_at))
             except Exception:

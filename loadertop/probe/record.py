@@ -815,6 +815,10 @@ class LoaderRecord:
         self._worker_status = status
         self._update_busy(self.iterator, time.perf_counter_ns())  # read anew: see above
 
+    def had_worker(self, pids: set[int]) -> bool:
+        """Whether one of `pids` was a worker of this loader's latest epoch."""
+        return any(pid in pids for _, pid, _ in self._worker_procs)
+
     def worker_pid_pairs(self) -> list[tuple[int, int]]:
         """(worker id, pid) of the current epoch's workers that were alive at the last sample."""
         return [(wid, st[0]) for wid, st in sorted(self._worker_status.items())

@@ -11,6 +11,7 @@ figure to `null` instead of crashing training.
 from __future__ import annotations
 
 import os
+import re
 import sys
 from dataclasses import dataclass
 
@@ -200,3 +201,31 @@ def loader_config(loader) -> dict:
         "drop_last": bool(getattr(loader, "drop_last", False)),
         "iterable": iterable,
     }
+
+
+# torch 2.13's messages for a worker that died: `_error_if_any_worker_fails` (C,
+# torch/csrc/DataLoader.cpp) raises "DataLoader worker (pid N) is killed by signal: …" or
+# "… (pid N) exited unexpectedly with exit code …", and `_try_get_data` raises "DataLoader worker
+# (pid(s) N, M) exited unexpectedly".
+_WORKER_FAILURE = re.compile(r"DataLoader worker \(pid(?:\(s\))? ([0-9][0-9, ]*)\)")
+
+
+def uncaught_worker_failure() -> tuple[BaseException, set[int]] | None:
+    """At exit: the exception the program is dying of, when it is torch's report of a DataLoader
+    worker's death, and the pids it names; else None.
+
+    torch raises that error from its SIGCHLD handler, in the main thread, wherever that thread is
+    when the signal arrives: in a real job mostly the training step, not `next()`, so the
+    iterator's wrapper never sees it. CPython (3.11) sets `sys.last_value` (3.12: also
+    `sys.last_exc`) as it prints an uncaught exception, before the atexit handlers run."""
+    exc = getattr(sys, "last_exc", None) or getattr(sys, "last_value", None)
+    if not isinstance(exc, RuntimeError):
+        return None
+    try:
+        match = _WORKER_FAILURE.search(str(exc))
+    except Exception:
+        return None
+    if match is None:
+        return None
+    pids = {int(p) for p in re.findall(r"[0-9]+", match.group(1))}
+    return exc, pids

@@ -47,6 +47,11 @@ JOBS = {
     # loaded machine found the job already gone.)
     "killed": ("--kind", "sleep", "--ms", 5, "--workers", 2, "--batch-size", 2,
                "--kill-worker-after", 1000, "--crash", "--duration", 60),
+    # The same kill, then the loop sleeps in its step: torch's error comes from its SIGCHLD
+    # handler there, not from next() (in a real job the loop is mostly in its step).
+    "killed_in_step": ("--kind", "sleep", "--ms", 5, "--workers", 2, "--batch-size", 2,
+                       "--kill-worker-after", 1000, "--sleep-after-kill-s", 5, "--crash",
+                       "--duration", 60),
     # num_workers=0: the loop fetches itself, so its own stack names the dataset's function.
     "hang0": ("--kind", "hang", "--workers", 0, "--batch-size", 2, "--after", 10,
               "--duration", 120),
@@ -107,8 +112,8 @@ def jobs():
     pool = WorkloadPool()
     try:
         wls = {name: pool(*args) for name, args in JOBS.items()}
-        steps = {"killed": _killed, "hang0": _hang0, "hang_first": _hang_first, "slow": _slow,
-                 "seeded": _seeded, "epochs": _epochs}
+        steps = {"killed": _killed, "killed_in_step": _killed, "hang0": _hang0,
+                 "hang_first": _hang_first, "slow": _slow, "seeded": _seeded, "epochs": _epochs}
         with ThreadPoolExecutor(len(steps)) as ex:
             futures = {name: ex.submit(step, wls[name]) for name, step in steps.items()}
             for future in futures.values():
@@ -137,6 +142,21 @@ def test_a_worker_killed_while_training_crashes_is_seen_dead(jobs):
     assert "SIGKILL" in died["summary"] and "OOM" in died["summary"], died
     assert any("dmesg" in a for a in died["advice"]), died["advice"]
     assert [f["kind"] for f in doc["findings"]] == ["worker_died"], doc["findings"]
+
+
+def test_a_worker_killed_while_the_loop_is_in_its_step_is_still_a_crash(jobs):
+    """torch raises the worker's death from its SIGCHLD handler wherever the main thread is; here
+    in the step, so the iterator never sees it: the probe reads it at exit (sys.last_value)."""
+    future, wl = jobs["killed_in_step"]
+    result = future.result()
+    assert result["rc"] != 0 and result["status"].get("raised_in") == "step", result["status"]
+    src = source_of(result["doc"], wl.pid)
+    (victim,) = result["pids"][0]
+    assert src["end"]["how"] == "crashed", src["end"]
+    assert src["end"]["error"].startswith(f"RuntimeError: DataLoader worker (pid {victim})"), \
+        src["end"]
+    dead = {w["id"]: w for w in src["workers"]}[0]
+    assert (dead["pid"], dead["alive"], dead["exitcode"]) == (victim, False, -9), dead
 
 
 def test_a_loop_blocked_in_next_shows_where_it_waits(jobs):

@@ -65,6 +65,9 @@ def parse(argv=None):
                         "one seeded per worker by worker_init_fn (per-worker)")
     p.add_argument("--epochs", type=int, default=1, help="epochs of --batches each (or until "
                    "--duration)")
+    p.add_argument("--sleep-after-kill-s", type=float, default=0.0,
+                   help="after --kill-worker-after's kill, sleep this long in the loop's step: "
+                        "torch's error then comes from its SIGCHLD handler there, not next()")
     p.add_argument("--crash", action="store_true",
                    help="the loop's error propagates: the process dies of it at once")
     p.add_argument("--end", choices=("normal", "raise", "sleep"), default="normal")
@@ -223,6 +226,12 @@ def main(argv=None) -> int:
                 if args.kill_worker_after and n == args.kill_worker_after:
                     status.write(force=True)
                     os.kill(worker_pid(args.piddir, 0), signal.SIGKILL)
+                    if args.sleep_after_kill_s:
+                        try:
+                            time.sleep(args.sleep_after_kill_s)
+                        except Exception:
+                            status.write(force=True, raised_in="step")
+                            raise
                 if args.step_ms > 0:
                     time.sleep(args.step_ms / 1000.0)
                 if args.busy_step_ms > 0:
