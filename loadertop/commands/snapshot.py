@@ -64,15 +64,24 @@ def main(args) -> int:
                 print_error(error)
             return 1
         return _print(doc, args.json)
+    return report_live(args.endpoints, args.seconds, as_json=args.json, key=args.key,
+                       server_key=args.server_key)
+
+
+def report_live(endpoint_args: list[str], seconds: float, *, as_json: bool, key=None,
+                server_key=None) -> int:
+    """Watch the endpoints for `seconds` and print the report (or the JSON document): `snapshot`,
+    and the viewer's `--once` (or its output not a terminal), which has none of snapshot's
+    recording options."""
     try:
-        doc, error = take(args.endpoints, args.seconds, key=args.key, server_key=args.server_key)
+        doc, error = take(endpoint_args, seconds, key=key, server_key=server_key)
     except UsageError as exc:
         print_error(str(exc))
         return 2
     if doc is None:
         print_error(error)
         return 1
-    return _print(doc, args.json)
+    return _print(doc, as_json)
 
 
 def _print(doc: Document, as_json: bool) -> int:

@@ -27,11 +27,11 @@ def main(args) -> int:
     if not sys.stdout.isatty() or args.once:
         from loadertop.commands import snapshot
 
-        # The report of `loadertop snapshot` on the viewer's own options; a live viewer has no
-        # recording to read (snapshot's --from / --at), so those are set to "none" here.
-        args.json = False
-        args.from_file = args.at = None
-        return snapshot.main(args)
+        if args.seconds <= 0:
+            print_error("--seconds must be positive")
+            return 2
+        return snapshot.report_live(args.endpoints, args.seconds, as_json=False, key=args.key,
+                                    server_key=args.server_key)
     if args.refresh < MIN_REFRESH_S:
         print_error(f"--refresh must be at least {MIN_REFRESH_S} s")
         return 2
