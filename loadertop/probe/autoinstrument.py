@@ -108,7 +108,8 @@ def install() -> bool:
 
 
 def patch(module) -> bool:
-    """Replace `module.DataLoader.__iter__` with the instrumenting one; False if already done or
+    """Replace `module.DataLoader.__iter__` with the instrumenting one, and the `__iter__` of each
+    subclass that defines its own (now and as later ones are created); False if already done or
     the class is not what we know (then DataLoaders simply stay uninstrumented). Under `loadertop
     tune` (LOADERTOP_TUNE_NUM_WORKERS set) `DataLoader.__init__` is wrapped too: see
     `loadertop.probe.override`."""
@@ -119,15 +120,37 @@ def patch(module) -> bool:
     except Exception as exc:  # a trial without the override is reported by tune, not fatal here
         _warn(f"could not set num_workers for loadertop tune: {exc!r}")
     cls = getattr(module, "DataLoader", None)
-    original = cls.__dict__.get("__iter__") if isinstance(cls, type) else None
-    if original is None or getattr(original, "_loadertop_original", None) is not None:
+    if not isinstance(cls, type) or not _patch_iter(cls):
+        return False
+    _patch_subclass_creation(cls)
+    for sub in _subclasses(cls):
+        _patch_iter(sub)
+    return True
+
+
+def _patch_iter(cls: type) -> bool:
+    """Wrap the `__iter__` that `cls` itself defines (none, or ours already: False).
+
+    A subclass that overrides `__iter__` (torchdata 0.11's StatefulDataLoader: its own `__iter__`
+    and `_get_iterator`, no `super().__iter__()`) never reaches DataLoader's, so its own is wrapped
+    too. Where one `__iter__` calls another (a subclass's body calling `super().__iter__()`), the
+    outermost measures and the inner ones see `loader._inside.active` and pass through: each body
+    runs once, and the iterator is wrapped once. A subclass's generator `__iter__` (`yield from
+    super().__iter__()`) is left alone: its body runs at the first `next()`, after this wrapper
+    would have returned, so the `__iter__` it reaches inside measures instead."""
+    import inspect  # here, once torch is imported: the start-up hook of every Python stays cheap
+
+    original = cls.__dict__.get("__iter__")
+    if original is None or not callable(original) or \
+            getattr(original, "_loadertop_original", None) is not None or \
+            inspect.isgeneratorfunction(original):
         return False
 
     def __iter__(self):
         return _instrumented(self, original)
 
-    __iter__.__name__ = original.__name__
-    __iter__.__qualname__ = getattr(original, "__qualname__", "DataLoader.__iter__")
+    __iter__.__name__ = getattr(original, "__name__", "__iter__")
+    __iter__.__qualname__ = getattr(original, "__qualname__", f"{cls.__name__}.__iter__")
     __iter__.__doc__ = original.__doc__
     __iter__.__wrapped__ = original
     __iter__._loadertop_original = original
@@ -135,13 +158,57 @@ def patch(module) -> bool:
     return True
 
 
+def _subclasses(cls: type) -> list[type]:
+    found, todo = [], list(cls.__subclasses__())
+    while todo:
+        sub = todo.pop()
+        if sub not in found:
+            found.append(sub)
+            todo.extend(sub.__subclasses__())
+    return found
+
+
+def _patch_subclass_creation(cls: type) -> None:
+    """Subclasses created from now on (a library imported after torch) get their own `__iter__`
+    wrapped as the class statement ends, through `DataLoader.__init_subclass__`, which chains to
+    the one it inherits (typing.Generic's in torch 2.13) or replaces."""
+    own = cls.__dict__.get("__init_subclass__")
+    if getattr(own, "_loadertop_original", None) is not None:
+        return
+
+    def __init_subclass__(sub, **kwargs):
+        if own is not None:
+            own.__func__(sub, **kwargs)
+        else:
+            super(cls, sub).__init_subclass__(**kwargs)
+        try:
+            _patch_iter(sub)
+        except Exception as exc:  # observing must never break a class statement
+            _warn(f"could not instrument {sub.__name__}: {exc!r}")
+
+    __init_subclass__._loadertop_original = own if own is not None else _NO_OWN
+    cls.__init_subclass__ = classmethod(__init_subclass__)
+
+
+_NO_OWN = object()  # DataLoader had no __init_subclass__ of its own: unpatch deletes ours
+
+
 def unpatch(module) -> None:
-    """Restore the original `__iter__` (tests)."""
+    """Restore the original `__iter__`s and `__init_subclass__` (tests)."""
     cls = getattr(module, "DataLoader", None)
-    current = cls.__dict__.get("__iter__") if isinstance(cls, type) else None
-    original = getattr(current, "_loadertop_original", None)
-    if original is not None:
-        cls.__iter__ = original
+    if not isinstance(cls, type):
+        return
+    for klass in [cls, *_subclasses(cls)]:
+        current = klass.__dict__.get("__iter__")
+        original = getattr(current, "_loadertop_original", None)
+        if original is not None:
+            klass.__iter__ = original
+    hook = cls.__dict__.get("__init_subclass__")
+    own = getattr(getattr(hook, "__func__", None), "_loadertop_original", None)
+    if own is _NO_OWN:
+        del cls.__init_subclass__
+    elif own is not None:
+        cls.__init_subclass__ = own
 
 
 def apply_rank_port(environ=os.environ) -> None:
@@ -252,9 +319,6 @@ def _find_or_create(loader, probe, frame):
             return (pid, record, publisher.worker_endpoint)
     site = _call_site(frame)
     key = (pid,) + site if site else None
-    # Named first: on CPython < 3.13 reading a frame's f_locals refreshes a snapshot dict kept on
-    # the frame, and the one left by naming this site's previous loader still holds that loader
-    # (`val_loader = DataLoader(...)` each epoch): refreshed, it lets it go.
     name = guess_name(loader, frame)
     if key is not None:
         previous = _by_call_site.get(key)
@@ -309,7 +373,7 @@ def guess_name(loader, frame) -> str | None:
     (`self.train_loader`), or a global — looked up once per loader, from the frame iterating it.
     None (then loader0, loader1, …) when no such name is found."""
     for f in _user_frames(frame):
-        local_items = _items(lambda f=f: f.f_locals)
+        local_items = frame_locals(f)
         owner = next((v for k, v in local_items if k == "self"), None)
         attr_items = (_items(lambda owner=owner: vars(owner))
                       if owner is not None and owner is not loader else [])
@@ -319,6 +383,37 @@ def guess_name(loader, frame) -> str | None:
                 if value is loader and _usable(name):
                     return (name.lstrip("_") or name) if strip else name
     return None
+
+
+# CO_OPTIMIZED (`inspect.CO_OPTIMIZED`): a function's frame, whose locals live in fast slots.
+_CO_OPTIMIZED = 0x1
+_LOCALS_ARE_SNAPSHOTS = sys.version_info < (3, 13)  # PEP 667 made f_locals a live proxy
+
+
+def frame_locals(frame) -> list:
+    """A snapshot of a frame's local (name, value) pairs, [] when they cannot be read, leaving
+    the frame holding no reference it did not hold before.
+
+    On CPython < 3.13 reading a function frame's `f_locals` copies its fast locals into a dict
+    kept on the frame, and that dict keeps every value alive until something reads `f_locals`
+    again. Naming a loader from the frame that iterates it left that loader, its persistent
+    iterator and so its workers alive after the program's `del loader` (torch 2.13 shuts
+    persistent workers down from `_MultiProcessingDataLoaderIter.__del__`). So the dict is
+    emptied again after reading, unless someone else holds it (a `locals()` the program kept:
+    then it is theirs and stays as the read left it). Every reader of that dict (`locals()`,
+    `f_locals`, a tracer's write-back) refreshes it from the fast locals first, so emptying it
+    changes nothing they see. Module and class frames' `f_locals` are real namespaces: untouched.
+    """
+    try:
+        namespace = frame.f_locals
+        items = list(namespace.items())
+    except Exception:
+        return []
+    if _LOCALS_ARE_SNAPSHOTS and frame.f_code.co_flags & _CO_OPTIMIZED \
+            and type(namespace) is dict and sys.getrefcount(namespace) <= 3:
+        # 3: the frame's own reference, `namespace`, and getrefcount's argument
+        namespace.clear()
+    return items
 
 
 def _items(namespace) -> list:
