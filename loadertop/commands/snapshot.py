@@ -11,12 +11,18 @@ from loadertop.document import Document
 
 def take(endpoint_args: list[str], seconds: float, *, key=None,
          server_key=None) -> tuple[Document | None, str | None]:
-    """(document, None) or (None, error message)."""
+    """(document, None) or (None, error message).
+
+    The whole window is watched even when no process has registered yet: a job registers at its
+    first instrumented iter(), seconds after it starts (import torch, the dataset), so a snapshot
+    started beside it (a script, CI) would otherwise find nothing. Discovery keeps looking during
+    the window, and each source is reported from the moment it appeared; only a window in which
+    no process appeared at all says that none was found."""
     sub = open_subscriber(endpoint_args, window_s=seconds, key=key, server_key=server_key)
     try:
+        watch(sub, seconds)
         if not sub.found_any():
             return None, no_sources_message(sub)
-        watch(sub, seconds)
         doc = sub.model.advance(time.time())
         if not doc.sources:
             return None, ("no data received from " + ", ".join(sub.sockets) +
