@@ -5,7 +5,8 @@ the viewer, `snapshot --json` and the tests all judge alike.
 
     verdict = diagnose(source, system, previous=stabilizer.shown_category(source_id))
     shown = stabilizer.update(source_id, verdict, now)       # hysteresis between refreshes
-    top = overall([(source_id, shown), ...], system)           # the most urgent, plus "source"
+    top = overall([(source_id, shown), ...], system, ranks)    # the most urgent, plus "source"
+                                                               # (with ranks: the straggler's)
 
 `source` is a `SourceFigures` and `system` a `SystemFigures` (or None) of `loadertop.document`;
 a verdict is a frozen `Verdict`: category, summary, evidence, advice (CONTRACT §3/§4). Every
@@ -45,6 +46,7 @@ from loadertop.document import (
     Category,
     GpuFigures,
     OverallVerdict,
+    Ranks,
     SettingFigures,
     SourceFigures,
     StackFigures,
@@ -262,11 +264,18 @@ def diagnose(source: SourceFigures, system: SystemFigures | None,
     return _input_bound_verdict(facts, wait_line + ")", previous)
 
 
-def overall(verdicts: Sequence[tuple[str, Verdict]], system: SystemFigures | None) -> OverallVerdict:
+def overall(verdicts: Sequence[tuple[str, Verdict]], system: SystemFigures | None,
+            ranks: Ranks | None = None) -> OverallVerdict:
     """The top-level diagnosis: the most urgent source verdict (see OVERALL_RANK) plus "source".
 
     Ties keep the order of ``verdicts``. With no sources it is about the machine: memory_pressure
     when memory is short, else idle, with "source": None.
+
+    ``ranks`` (the document's `ranks`, `viewer/ranks.py`): when it names a straggler whose own
+    verdict is that its loop waits for data, that rank sets the pace of the whole job (every step
+    ends in a collective the other ranks wait in), so the top-level verdict is the straggler's —
+    its category, evidence and advice — with a summary that says so (`_straggler_summary`). Only a
+    stall or memory pressure, which stop or threaten every rank, still come first.
     """
     best: tuple[int, int, str, Verdict] | None = None
     for position, (source_id, verdict) in enumerate(verdicts):
@@ -275,6 +284,9 @@ def overall(verdicts: Sequence[tuple[str, Verdict]], system: SystemFigures | Non
             best = (rank, position, source_id, verdict)
     if best is not None:
         shown = best[3]
+        straggling = _straggler_verdict(verdicts, ranks)
+        if straggling is not None and shown.category not in URGENT_CATEGORIES:
+            return straggling
         return OverallVerdict(category=shown.category, source=best[2], summary=shown.summary,
                               evidence=shown.evidence, advice=shown.advice)
     memory = _memory_findings(system or _NO_SYSTEM, None)
@@ -285,6 +297,56 @@ def overall(verdicts: Sequence[tuple[str, Verdict]], system: SystemFigures | Non
                                       "it before starting training",))
     return OverallVerdict(category=IDLE, source=None, summary="no instrumented DataLoader found",
                           evidence=("no sources",), advice=())
+
+
+def _straggler_verdict(verdicts: Sequence[tuple[str, Verdict]],
+                       ranks: Ranks | None) -> OverallVerdict | None:
+    """The straggler's own verdict as the top-level one, or None when there is no straggler or its
+    loop is not judged to wait for data (a verdict still held at compute_bound, too few batches)."""
+    if ranks is None or ranks.straggler is None:
+        return None
+    verdict = next((v for sid, v in verdicts if sid == ranks.straggler), None)
+    group = next((g for g in ranks.groups if any(r.id == ranks.straggler for r in g.ranks)), None)
+    if verdict is None or group is None or verdict.category not in INPUT_BOUND_CATEGORIES:
+        return None
+    me = next(r for r in group.ranks if r.id == ranks.straggler)
+    others = [r for r in group.ranks if r.id != ranks.straggler]
+    if len(group.ranks) <= 8:
+        by_rank = ", ".join(f"rank {r.rank}: {_pct(r.wait_fraction)}" for r in group.ranks)
+    else:
+        by_rank = (f"rank {me.rank}: {_pct(me.wait_fraction)}, the other {len(others)} ranks: "
+                   f"{_pct_range([r.wait_fraction for r in others])}")
+    evidence = (*verdict.evidence,
+                f"wait fraction by rank of {group.name!r}: {by_rank} (median "
+                f"{_pct(group.median_wait_fraction)}): every step waits for the slowest rank")
+    return OverallVerdict(category=verdict.category, source=ranks.straggler,
+                          summary=_straggler_summary(me.rank, verdict.summary,
+                                                    [(r.rank, r.wait_fraction) for r in others]),
+                          evidence=evidence, advice=verdict.advice)
+
+
+def _straggler_summary(rank: int, summary: str, others: Sequence[tuple[int, float]]) -> str:
+    """"rank 1 holds the job back: its loop waits 75 % of the time for data; …; rank 0 waits in
+    its step (3 % for data)" — the straggler's own summary, said of it, and where the other ranks
+    wait: in their step, inside the collective that waits for the straggler."""
+    own = "its " + summary[len("the "):] if summary.startswith("the loop ") else summary
+    text = f"rank {rank} holds the job back: {own}"
+    if not others:
+        return text
+    ids = [str(r) for r, _ in sorted(others)]
+    figure = _pct_range([w for _, w in others])
+    if len(ids) == 1:
+        return f"{text}; rank {ids[0]} waits in its step ({figure} for data)"
+    if len(ids) <= 4:
+        return (f"{text}; ranks {', '.join(ids[:-1])} and {ids[-1]} wait in their step ({figure} "
+                "for data)")
+    return f"{text}; the other {len(ids)} ranks wait in their step ({figure} for data)"
+
+
+def _pct_range(fractions: Sequence[float]) -> str:
+    """"3 %", or "2–4 %" from the lowest to the highest."""
+    low, high = _fmt(min(fractions) * 100.0), _fmt(max(fractions) * 100.0)
+    return f"{low} %" if low == high else f"{low}–{high} %"
 
 
 @dataclass(frozen=True)
