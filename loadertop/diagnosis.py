@@ -5,7 +5,8 @@ the viewer, `snapshot --json` and the tests all judge alike.
 
     verdict = diagnose(source, system, previous=stabilizer.shown_category(source_id))
     shown = stabilizer.update(source_id, verdict, now)       # hysteresis between refreshes
-    top = overall([(source_id, shown), ...], system)           # the most urgent, plus "source"
+    top = overall([(source_id, shown), ...], system, ranks)    # the most urgent, plus "source"
+                                                               # (with ranks: the straggler's)
 
 `source` is a `SourceFigures` and `system` a `SystemFigures` (or None) of `loadertop.document`;
 a verdict is a frozen `Verdict`: category, summary, evidence, advice (CONTRACT §3/§4). Every
@@ -38,12 +39,14 @@ import signal
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Final
 
 from loadertop.document import (
     Category,
     GpuFigures,
     OverallVerdict,
+    Ranks,
     SettingFigures,
     SourceFigures,
     StackFigures,
@@ -261,11 +264,18 @@ def diagnose(source: SourceFigures, system: SystemFigures | None,
     return _input_bound_verdict(facts, wait_line + ")", previous)
 
 
-def overall(verdicts: Sequence[tuple[str, Verdict]], system: SystemFigures | None) -> OverallVerdict:
+def overall(verdicts: Sequence[tuple[str, Verdict]], system: SystemFigures | None,
+            ranks: Ranks | None = None) -> OverallVerdict:
     """The top-level diagnosis: the most urgent source verdict (see OVERALL_RANK) plus "source".
 
     Ties keep the order of ``verdicts``. With no sources it is about the machine: memory_pressure
     when memory is short, else idle, with "source": None.
+
+    ``ranks`` (the document's `ranks`, `viewer/ranks.py`): when it names a straggler whose own
+    verdict is that its loop waits for data, that rank sets the pace of the whole job (every step
+    ends in a collective the other ranks wait in), so the top-level verdict is the straggler's —
+    its category, evidence and advice — with a summary that says so (`_straggler_summary`). Only a
+    stall or memory pressure, which stop or threaten every rank, still come first.
     """
     best: tuple[int, int, str, Verdict] | None = None
     for position, (source_id, verdict) in enumerate(verdicts):
@@ -274,6 +284,9 @@ def overall(verdicts: Sequence[tuple[str, Verdict]], system: SystemFigures | Non
             best = (rank, position, source_id, verdict)
     if best is not None:
         shown = best[3]
+        straggling = _straggler_verdict(verdicts, ranks)
+        if straggling is not None and shown.category not in URGENT_CATEGORIES:
+            return straggling
         return OverallVerdict(category=shown.category, source=best[2], summary=shown.summary,
                               evidence=shown.evidence, advice=shown.advice)
     memory = _memory_findings(system or _NO_SYSTEM, None)
@@ -284,6 +297,56 @@ def overall(verdicts: Sequence[tuple[str, Verdict]], system: SystemFigures | Non
                                       "it before starting training",))
     return OverallVerdict(category=IDLE, source=None, summary="no instrumented DataLoader found",
                           evidence=("no sources",), advice=())
+
+
+def _straggler_verdict(verdicts: Sequence[tuple[str, Verdict]],
+                       ranks: Ranks | None) -> OverallVerdict | None:
+    """The straggler's own verdict as the top-level one, or None when there is no straggler or its
+    loop is not judged to wait for data (a verdict still held at compute_bound, too few batches)."""
+    if ranks is None or ranks.straggler is None:
+        return None
+    verdict = next((v for sid, v in verdicts if sid == ranks.straggler), None)
+    group = next((g for g in ranks.groups if any(r.id == ranks.straggler for r in g.ranks)), None)
+    if verdict is None or group is None or verdict.category not in INPUT_BOUND_CATEGORIES:
+        return None
+    me = next(r for r in group.ranks if r.id == ranks.straggler)
+    others = [r for r in group.ranks if r.id != ranks.straggler]
+    if len(group.ranks) <= 8:
+        by_rank = ", ".join(f"rank {r.rank}: {_pct(r.wait_fraction)}" for r in group.ranks)
+    else:
+        by_rank = (f"rank {me.rank}: {_pct(me.wait_fraction)}, the other {len(others)} ranks: "
+                   f"{_pct_range([r.wait_fraction for r in others])}")
+    evidence = (*verdict.evidence,
+                f"wait fraction by rank of {group.name!r}: {by_rank} (median "
+                f"{_pct(group.median_wait_fraction)}): every step waits for the slowest rank")
+    return OverallVerdict(category=verdict.category, source=ranks.straggler,
+                          summary=_straggler_summary(me.rank, verdict.summary,
+                                                    [(r.rank, r.wait_fraction) for r in others]),
+                          evidence=evidence, advice=verdict.advice)
+
+
+def _straggler_summary(rank: int, summary: str, others: Sequence[tuple[int, float]]) -> str:
+    """"rank 1 holds the job back: its loop waits 75 % of the time for data; …; rank 0 waits in
+    its step (3 % for data)" — the straggler's own summary, said of it, and where the other ranks
+    wait: in their step, inside the collective that waits for the straggler."""
+    own = "its " + summary[len("the "):] if summary.startswith("the loop ") else summary
+    text = f"rank {rank} holds the job back: {own}"
+    if not others:
+        return text
+    ids = [str(r) for r, _ in sorted(others)]
+    figure = _pct_range([w for _, w in others])
+    if len(ids) == 1:
+        return f"{text}; rank {ids[0]} waits in its step ({figure} for data)"
+    if len(ids) <= 4:
+        return (f"{text}; ranks {', '.join(ids[:-1])} and {ids[-1]} wait in their step ({figure} "
+                "for data)")
+    return f"{text}; the other {len(ids)} ranks wait in their step ({figure} for data)"
+
+
+def _pct_range(fractions: Sequence[float]) -> str:
+    """"3 %", or "2–4 %" from the lowest to the highest."""
+    low, high = _fmt(min(fractions) * 100.0), _fmt(max(fractions) * 100.0)
+    return f"{low} %" if low == high else f"{low}–{high} %"
 
 
 @dataclass(frozen=True)
@@ -502,6 +565,12 @@ class _Facts:
         if percents:
             return min(1.0, sum(percents) / len(percents) / 100.0), "worker process CPU"
         return None, ""
+
+    @cached_property
+    def cpu(self) -> _CpuBudget | None:
+        """The CPU figures both the category and the advice rest on (`_CpuBudget`), read once;
+        None when the cores available are unknown."""
+        return _cpu_budget(self) if self.cores is not None else None
 
     def worker_cores_busy(self) -> float | None:
         percents = self._worker_percents()
@@ -1017,7 +1086,11 @@ def _stage_advice(facts: _Facts) -> list[str]:
 
 
 def _cpu_saturation(facts: _Facts, previous: Category | None) -> tuple[list[str], str] | None:
-    """(evidence, short "busy" text) when every core available to us is busy, else None."""
+    """(evidence, short "busy" text) when every core available to us is busy, else None.
+
+    It reads the one CPU figure (`_CpuBudget.busy_share`, from `_Facts.cpu`) that the advice's
+    capacity model rests on too, so a verdict that says CPU is left never advises as if none
+    were (issue 37): the machine's reading, or what the job uses of the cores available to it."""
     sysd = facts.system
     held = previous == CPU_SATURATED
     threshold = CPU_SATURATED_LEAVE_PERCENT if held else CPU_SATURATED_PERCENT
@@ -1027,21 +1100,26 @@ def _cpu_saturation(facts: _Facts, previous: Category | None) -> tuple[list[str]
                   if percent < CPU_SATURATED_PERCENT else "")
         return f"(threshold {_pct_value(CPU_SATURATED_PERCENT)}{margin})"
 
+    budget = facts.cpu
     busy = _finite(sysd.cpu_percent)
     cores = facts.cores
-    worker_cores = facts.worker_cores_busy()
     load = _finite(sysd.load_avg_1m)
     evidence: list[str] = []
     text = ""
-    if busy is not None and busy >= threshold:
-        evidence.append(f"CPU {_pct_value(busy)} {threshold_text(busy)}")
-        text = f"CPU {_pct_value(busy)}"
-    # Under a cgroup quota the machine may be idle while our share is full: compare our own
-    # workers' CPU with the cores available to us.
-    if cores and worker_cores is not None and worker_cores * 100.0 >= threshold * cores:
-        evidence.append(f"workers use {_fmt(worker_cores)} of {_cores(cores)} available "
-                        f"{threshold_text(worker_cores * 100.0 / cores)}")
-        text = text or f"workers use {_fmt(worker_cores)} of {_cores(cores)}"
+    share = budget.busy_share() if budget is not None else \
+        (busy / 100.0 if busy is not None else None)
+    if share is not None and share * 100.0 >= threshold:
+        # The evidence names each reading at the threshold: the machine's, and the job's own use
+        # of the cores available to it (under a cgroup quota the machine may be idle while our
+        # share is full, and the machine's reading, a second's average, may lag below what the
+        # batches a second and the CPU each costs fill).
+        if busy is not None and busy >= threshold:
+            evidence.append(f"CPU {_pct_value(busy)} {threshold_text(busy)}")
+            text = f"CPU {_pct_value(busy)}"
+        job = budget.job_share() if budget is not None else None
+        if budget is not None and job is not None and job * 100.0 >= threshold:
+            evidence.append(f"{budget.use_text()} {threshold_text(job * 100.0)}")
+            text = text or budget.use_text(short=True)
     if busy is None and not evidence and cores and load is not None \
             and load >= LOAD_SATURATED_PER_CORE * cores:
         fraction, _ = facts.cpu_fraction()
@@ -1054,6 +1132,7 @@ def _cpu_saturation(facts: _Facts, previous: Category | None) -> tuple[list[str]
         evidence.append(f"cgroup allows {_cores(cores)} of the machine's {_cores(facts.cpu_count)}")
     if load is not None and not text.startswith("load"):
         evidence.append(f"load {load:.1f}")
+    worker_cores = budget.workers_cores if budget is not None else facts.worker_cores_busy()
     if busy is not None and worker_cores is not None and facts.cpu_count:
         busy_cores = busy / 100.0 * facts.cpu_count
         if busy_cores > 0 and worker_cores < 0.5 * busy_cores:
@@ -1066,9 +1145,9 @@ def _fewer_workers_target(facts: _Facts) -> tuple[int, _CpuBudget] | None:
     """Fewer workers, as many as the measured CPU for workers holds (each using its measured
     share of a core while it produces), when `num_workers` exceeds the cores; else None."""
     workers = facts.worker_count
-    if facts.cores is None or workers <= facts.cores:
+    budget = facts.cpu
+    if facts.cores is None or budget is None or workers <= facts.cores:
         return None
-    budget = _cpu_budget(facts)
     fraction, _ = facts.cpu_fraction()
     each = max(fraction if fraction is not None else 1.0, 0.01)  # of a core, while producing
     target = max(1, math.floor(min(budget.for_workers / each, _FLOAT_MAX) + 0.5))
@@ -1084,10 +1163,27 @@ def _fewer_workers_text(facts: _Facts) -> str:
             f"try num_workers={target} ({budget.text()})")
 
 
+def _busy_main_advice(budget: _CpuBudget) -> list[str]:
+    if budget.main_cores < MAIN_BUSY_CORES or not budget.main_measured:
+        return []
+    share = _core_share(budget.main_cores)
+    return [f"the training process itself uses {share} core{'' if share == '1' else 's'}: what it "
+            "does besides waiting (the step, logging, pin_memory) takes CPU the workers need"]
+
+
 def _cpu_saturated_advice(facts: _Facts) -> list[str]:
     advice = [_fewer_workers_text(facts)]
     if advice[0] != "more workers will not help":
         advice.append("more workers will not help")
+    else:
+        # The capacity model says the same as the category, with its figures: where the CPU caps
+        # the rate near where it is now (others filling the machine leave a cap far above it,
+        # which would only confuse).
+        budget, rate = facts.cpu, _finite(facts.source.batches_per_s)
+        cap = budget.max_batches_per_s() if budget is not None and facts.uses_workers else None
+        if budget is not None and cap is not None and rate and cap <= (1.0 + CPU_NEAR_CAP) * rate:
+            advice.append(f"no CPU left for more workers: {budget.cap_text(rate)}")
+            advice.extend(_busy_main_advice(budget))
     advice += ["make per-sample transforms cheaper (decode at a lower resolution, fewer "
                "augmentations, vectorised ops)",
                "move augmentation to the GPU (e.g. torchvision.transforms.v2 on CUDA tensors, DALI)",
@@ -1145,11 +1241,18 @@ def _ceil(ratio: float) -> int:
 
 @dataclass(frozen=True)
 class _CpuBudget:
-    """The CPU this loader's workers can have, from measurement (issue 15): the cores available to
-    the job, less what the training process uses (every thread of it: the loop, pin_memory's, the
-    probe's) and what other processes use of the same cores. Other processes count only beyond
-    the cores the job may not use anyway (a cgroup quota of 2 on a busy 64-core machine leaves
-    the 2 free)."""
+    """The CPU of the cores available to the job, from measurement (issue 15): the cores, what
+    the training process uses (every thread of it: the loop, pin_memory's, the probe's), what our
+    workers use, and what other processes use of the same cores. Other processes count only beyond
+    the cores the job may not use anyway (a cgroup quota of 2 on a busy 64-core machine leaves the
+    2 free).
+
+    Computed once a verdict (`_Facts.cpu`), it is the one figure both sides of a verdict rest on
+    (issue 37): the category (`_cpu_saturation`: is CPU left? `busy_share`) and the advice's
+    capacity model (`for_workers`, `max_batches_per_s`: how many batches a second the CPU allows).
+    Before, the category read the machine's percentage and the advice its own model, and a job
+    whose batches filled both cores while the machine's reading lagged at 85 % was told "CPU is
+    left" and "no CPU left for more workers" at once."""
 
     cores: float
     main_cores: float
@@ -1157,6 +1260,16 @@ class _CpuBudget:
     others: float | None  # None: the machine's CPU is not known
     worker_cpu_ms: float | None  # CPU per batch in a worker (items and collate)
     main_cpu_ms: float | None  # the training process's CPU per batch (receiving, the step, ...)
+    rate: float | None = None  # batches a second now (None: unknown)
+    machine: float | None = None  # the machine's CPU reading, a share of its cores
+    # Our workers' CPU now, in cores: the higher of their processes' sampled CPU and the batches a
+    # second times the CPU a batch costs a worker (each reading misses some: a sample lags, a
+    # batch's CPU leaves out putting it in the queue); None without workers or figures.
+    workers_cores: float | None = None
+    workers_from_rate: bool = False  # the batches a second decided `workers_cores`
+    # The training process's CPU counted as in use: measured only (an older probe's step counted
+    # as CPU is an upper bound: it caps the advice's count but does not make the CPU busy).
+    main_in_use: float = 0.0
 
     @property
     def for_workers(self) -> float:
@@ -1170,6 +1283,44 @@ class _CpuBudget:
             return None
         return max(0.0, self.cores - (self.others or 0.0)) * 1000.0 / per_batch
 
+    def job_share(self) -> float | None:
+        """The share of the cores available to the job that it (with other processes on those
+        cores) uses now; None when nothing of it is known."""
+        if self.workers_cores is None and self.main_in_use <= 0 and not self.others:
+            return None
+        used = (self.others or 0.0) + self.main_in_use + (self.workers_cores or 0.0)
+        return used / self.cores
+
+    def busy_share(self) -> float | None:
+        """The share of the CPU available to the job in use — the figure: the machine's reading,
+        or what the job uses of the cores available to it, whichever is higher."""
+        readings = [r for r in (self.machine, self.job_share()) if r is not None]
+        return max(readings) if readings else None
+
+    def use_text(self, short: bool = False) -> str:
+        """"workers use 3.8 of 4 cores available", or with the training process measured "the job
+        uses 2 of 2 cores available: workers 1.9 (24 batches/s × 78 ms of CPU a batch), the
+        training process 0.12"."""
+        workers = self.workers_cores
+        used = (self.others or 0.0) + self.main_in_use + (workers or 0.0)
+        of = f"of {_cores(self.cores)}" + ("" if short else " available")
+        from_rate = (f"{_fmt(self.rate)} batches/s × {_ms(self.worker_cpu_ms)} of CPU a batch"
+                     if self.workers_from_rate and self.rate is not None
+                     and self.worker_cpu_ms is not None else "")
+        if workers is None:
+            return f"the training process uses {_fmt(used)} {of}"
+        if self.main_in_use <= 0 and not self.others:
+            return f"workers use {_fmt(used)} {of}" + ("" if short or not from_rate else
+                                                        f": {from_rate}")
+        if short:
+            return f"the job uses {_fmt(used)} {of}"
+        parts = [f"workers {_fmt(workers)}" + (f" ({from_rate})" if from_rate else "")]
+        if self.main_in_use > 0:
+            parts.append(f"the training process {_core_share(self.main_in_use)}")
+        if self.others:
+            parts.append(f"other processes {_core_share(self.others)}")
+        return f"the job uses {_fmt(used)} {of}: {', '.join(parts)}"
+
     def text(self) -> str:
         main = "the training process" if self.main_measured else \
             "the training process (not measured: its step counted as CPU)"
@@ -1180,9 +1331,19 @@ class _CpuBudget:
             parts.append(f"{_core_share(self.others)} other processes")
         return f"CPU for workers: {' − '.join(parts)} = {_cores(self.for_workers)}"
 
+    def cap_text(self, rate_now: float | None) -> str:
+        """The capacity model in words: "CPU for workers: …; a batch costs 48 ms in a worker + 2.6
+        ms in the training process of CPU, so at most ~40 batches/s (now 38)"."""
+        per_batch = [f"{_ms(self.worker_cpu_ms)} in a worker"] if self.worker_cpu_ms else []
+        if self.main_cpu_ms:
+            per_batch.append(f"{_ms(self.main_cpu_ms)} in the training process")
+        return (f"{self.text()}; a batch costs {' + '.join(per_batch) or 'its CPU'} of CPU, so at "
+                f"most ~{_fmt(self.max_batches_per_s() or 0.0)} batches/s"
+                + (f" (now {_fmt(rate_now)})" if rate_now else ""))
+
 
 def _cpu_budget(facts: _Facts) -> _CpuBudget:
-    """The measured budget (cores must be known)."""
+    """The measured budget (cores must be known): the one place the CPU figures are read."""
     assert facts.cores is not None
     sysd, source = facts.system, facts.source
     rate = _finite(source.batches_per_s)
@@ -1193,25 +1354,42 @@ def _cpu_budget(facts: _Facts) -> _CpuBudget:
     rate = rate if rate is not None and rate > 0 else None
     process_cores = _finite(source.process.cpu_cores)
     measured = process_cores is not None
+    main_in_use = max(0.0, process_cores) if process_cores is not None else 0.0
     if process_cores is None:
         step = _stat(source.step_ms, "mean")
         process_cores = min(1.0, step * rate / 1000.0) if step is not None and rate else 0.0
     process_cores = max(0.0, process_cores)
     main_cores = process_cores
-    if not facts.uses_workers and worker_cpu_ms is not None and rate:
+    fetch_cores = _finite(worker_cpu_ms * rate / 1000.0) \
+        if worker_cpu_ms is not None and rate else None
+    if not facts.uses_workers and fetch_cores is not None:
         # With num_workers=0 the training process does the fetching itself: that CPU would move
         # to the workers, so it is not the main process's own.
-        main_cores = max(0.0, main_cores - worker_cpu_ms * rate / 1000.0)
+        main_cores = max(0.0, main_cores - fetch_cores)
+        if not measured:
+            main_in_use = fetch_cores  # the fetch's CPU is measured, the step's is not
     main_cpu_ms = main_cores * 1000.0 / rate if rate else None
+    workers: float | None = None
+    from_rate = False
+    if facts.uses_workers:
+        sampled = facts.worker_cores_busy()
+        workers = sampled
+        if fetch_cores is not None and fraction is not None:
+            # n workers busy all the time use at most n x cpu_fraction cores: a rate the workers
+            # could not have produced (figures from different moments) claims no more.
+            fetch_cores = min(fetch_cores, facts.worker_count * fraction)
+            if sampled is None or fetch_cores > sampled:
+                workers, from_rate = fetch_cores, True
     others = None
     busy, count = _finite(sysd.cpu_percent), facts.cpu_count
-    workers = facts.worker_cores_busy()
     if busy is not None and count and (workers is not None or not facts.uses_workers):
         others = max(0.0, busy / 100.0 * count - process_cores - (workers or 0.0))
         others = max(0.0, others - (count - facts.cores))  # the cores we may not use go first
         others = others if others >= 0.05 else 0.0  # readings a second apart: below is noise
     return _CpuBudget(cores=facts.cores, main_cores=main_cores, main_measured=measured,
-                      others=others, worker_cpu_ms=worker_cpu_ms, main_cpu_ms=main_cpu_ms)
+                      others=others, worker_cpu_ms=worker_cpu_ms, main_cpu_ms=main_cpu_ms,
+                      rate=rate, machine=busy / 100.0 if busy is not None else None,
+                      workers_cores=workers, workers_from_rate=from_rate, main_in_use=main_in_use)
 
 
 @dataclass(frozen=True)
@@ -1264,7 +1442,7 @@ def _worker_plan(facts: _Facts) -> _WorkerPlan | None:
     fetch, step = facts.fetch_ms("mean"), _stat(facts.source.step_ms, "mean")
     if fetch is None or step is None or fetch <= 0:
         return None
-    budget = _cpu_budget(facts) if facts.cores is not None else None
+    budget = facts.cpu
     limit = _worker_limit(facts)
     cpu_max = budget.max_batches_per_s() if budget is not None else None
     step_max = 1000.0 / max(step, 1e-3)
@@ -1438,19 +1616,17 @@ def _worker_count_advice(facts: _Facts, kind: str) -> list[str]:
 
     # More workers are not predicted to help: say what limits.
     if plan.bound == "cpu" and budget is not None:
-        cpu_max = budget.max_batches_per_s() or 0.0
-        per_batch = [f"{_ms(budget.worker_cpu_ms)} in a worker"] if budget.worker_cpu_ms else []
-        if budget.main_cpu_ms:
-            per_batch.append(f"{_ms(budget.main_cpu_ms)} in the training process")
-        advice.append(f"no CPU left for more workers: {budget.text()}; a batch costs "
-                      f"{' + '.join(per_batch) or 'its CPU'} of CPU, so at most "
-                      f"~{_fmt(cpu_max)} batches/s" + (f" (now {_fmt(rate_now)})" if rate_now else ""))
-        if budget.main_cores >= MAIN_BUSY_CORES and budget.main_measured:
-            share = _core_share(budget.main_cores)
-            advice.append(f"the training process itself uses {share} "
-                          f"core{'' if share == '1' else 's'}: what it "
-                          "does besides waiting (the step, logging, pin_memory) takes CPU the "
-                          "workers need")
+        # The CPU caps the rate near what the workers give at full speed. The verdict is not
+        # cpu_saturated (it would not ask for a count), so by the same figure CPU is left (issue
+        # 37): the cap is what the advice names, not "no CPU left".
+        cap = budget.max_batches_per_s() or 0.0
+        full = plan.now * 1000.0 / plan.fetch_ms if plan.now else 0.0
+        who = _workers(plan.now)
+        reach = (f"which {who} reach{'es' if plan.now == 1 else ''} at full speed" if full >= cap
+                 else f"and {who} give{'s' if plan.now == 1 else ''} ~{_fmt(full)} at full speed")
+        advice.append(f"more workers would add little: {budget.cap_text(rate_now)}, {reach} "
+                      f"({plan.basis()})")
+        advice.extend(_busy_main_advice(budget))
         advice.append(cheaper)
         return advice
     if plan.limit is not None and workers >= plan.limit:

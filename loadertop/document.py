@@ -272,8 +272,9 @@ class Verdict(_Figures, frozen=True, kw_only=True):
 
 
 class OverallVerdict(_Figures, frozen=True, kw_only=True):
-    """The document's top-level diagnosis: the most urgent source's verdict (`source` its id),
-    or one about the machine as a whole (`source` None)."""
+    """The document's top-level diagnosis: the most urgent source's verdict (`source` its id) —
+    with ranks, the straggler's, its summary saying that rank holds the job back — or one about
+    the machine as a whole (`source` None)."""
 
     category: Category
     source: str | None

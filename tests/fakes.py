@@ -611,6 +611,39 @@ def multi_source_doc() -> Document:
     return _one(loaders, machines)
 
 
+def straggler_doc() -> Document:
+    """`straggler_scenario`'s document at T0."""
+    return _documents(straggler_scenario(), [T0])[0]
+
+
+def straggler_scenario() -> Scenario:
+    """Issue 37: a 2-rank torchrun job on one CPU machine (gloo, DistributedSampler, an all-reduce
+    each step) whose rank 1 reads 4x slower. Both ranks run at the pace of rank 1, 10 batches/s:
+    rank 1's 2 workers take 200 ms a batch on storage, so its loop waits 75 % of the time; rank 0's
+    take 50 ms and keep up, its loop waits 3 % and spends the rest in its step, most of it in the
+    all-reduce waiting for rank 1."""
+    command = "torchrun --nproc-per-node 2 train.py --backend gloo"
+    host = "cpu-node-1"
+    fast = LoaderSim(
+        pid=61000, host=host, rank=0, command=command, started_at=T0 - 300.0, batches_per_s=10.0,
+        wait_fraction=0.03, wait_p50_ms=2.0, wait_p95_ms=6.0, step_p50_ms=97.0, step_p95_ms=99.0,
+        ready=2, in_flight=2, ready_mean=2.4, ready_when_waiting=0.05, pin_memory=False,
+        batch_size=32, dataset="ShardDataset",
+        workers=[WorkerSim(fetch_p50_ms=50.0 + i, fetch_p95_ms=62.0 + i, cpu_fraction=0.08,
+                           cpu_percent=4.0, rss_bytes=(300 + 4 * i) * MIB) for i in range(2)])
+    slow = LoaderSim(
+        pid=61001, host=host, rank=1, command=command, started_at=T0 - 300.0, batches_per_s=10.0,
+        wait_fraction=0.75, wait_p50_ms=75.0, wait_p95_ms=110.0, step_p50_ms=25.0, step_p95_ms=27.0,
+        ready=0, in_flight=4, ready_mean=0.1, in_flight_mean=3.9, ready_when_waiting=0.0,
+        pin_memory=False, batch_size=32, dataset="ShardDataset",
+        workers=[WorkerSim(fetch_p50_ms=200.0 + 2 * i, fetch_p95_ms=260.0 + 3 * i, cpu_fraction=0.06,
+                           cpu_percent=3.0, rss_bytes=(300 + 4 * i) * MIB) for i in range(2)])
+    machine = MachineSim(host=host, cpu_count=8, cpu_percent=14.0, per_cpu=[14.0] * 8,
+                         iowait_percent=12.0, load_avg_1m=2.6, disk_read_bytes_per_s=96.0 * MIB,
+                         gpu_status="no_gpu", gpus=[])
+    return Scenario([fast, slow], [machine])
+
+
 def main_process_bound_doc() -> Document:
     """4 workers keep up easily (12 ms a batch each) but every batch is a list of 1024 small
     tensors: receiving them costs the main process ~11 ms a batch, so the loop waits 40 % of the

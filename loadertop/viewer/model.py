@@ -347,15 +347,17 @@ class Model:
             every_finding.extend(
                 self.findings.update(f"machine:{system.host}", findings.machine(system), now))
         last_data = max((t for t in self.endpoints.values() if t is not None), default=None)
+        rank_figures = ranks.overview(sources)  # the straggler among ranks (viewer/ranks.py)
         self._document = Document(
             schema=SNAPSHOT_SCHEMA,
             taken_at=round(now, 3),
             window_s=self.window_s,
             sources=tuple(sources),
             system=system,
-            diagnosis=diagnosis.overall(verdicts, system),
+            # with ranks, the straggler's verdict, said of it (issue 37)
+            diagnosis=diagnosis.overall(verdicts, system, rank_figures),
             findings=findings.ordered(every_finding),
-            ranks=ranks.overview(sources),  # the straggler among ranks (viewer/ranks.py)
+            ranks=rank_figures,
             viewer=ViewerStatus(
                 endpoints=tuple(sorted(self.endpoints)),
                 connected=last_data is not None and now - last_data <= GONE_AFTER_S,

@@ -7,7 +7,8 @@ counts as their step, not their wait. So among the ranks of one loader name, the
 fraction stands out above the others' median is the straggler.
 
 Pure functions over the snapshot document's sources (no I/O): the model adds
-`overview(sources)` to the document as `doc.ranks`.
+`overview(sources)` to the document as `doc.ranks`, and `diagnosis.overall` makes the straggler's
+verdict the top-level one, said of it ("rank 1 holds the job back: …").
 """
 
 from __future__ import annotations

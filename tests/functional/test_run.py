@@ -450,6 +450,11 @@ def test_torchrun_two_ranks_are_two_sources_and_the_straggler_is_named(jobs):
             lambda d: sorted(s["rank"] for s in d["sources"] if s["batches_total"] > 0) == [0, 1],
             START_S, "two ranked sources", job)
         doc = viewer.until(lambda d: d["ranks"]["straggler"] is not None, 20, "a straggler", job)
+        # issue 37: once rank 1's own verdict says its loop waits for data (the stabilizer shows
+        # a new category after a few refreshes), the top-level verdict is rank 1's, said of it
+        top = viewer.until(lambda d: d["ranks"]["straggler"] is not None and d["diagnosis"][
+            "summary"].startswith("rank 1 holds the job back: its loop waits "), 20,
+            "the straggler named in the top verdict", job)
     finally:
         viewer.close()
     sources = {s["rank"]: s for s in doc["sources"]}
@@ -457,6 +462,11 @@ def test_torchrun_two_ranks_are_two_sources_and_the_straggler_is_named(jobs):
     assert sources[0]["name"] == sources[1]["name"] == "train_loader"
     assert doc["ranks"]["straggler"] == sources[1]["id"]
     assert doc["ranks"]["straggler_rank"] == 1
+    verdict, slow = top["diagnosis"], {s["rank"]: s for s in top["sources"]}[1]
+    assert verdict["source"] == slow["id"] == top["ranks"]["straggler"], verdict
+    assert verdict["category"] == slow["diagnosis"]["category"], (verdict, slow["diagnosis"])
+    assert verdict["advice"] == slow["diagnosis"]["advice"]
+    assert "; rank 0 waits in its step (" in verdict["summary"], verdict["summary"]
     entries = {e.name for e in job.entries()}
     assert len(entries) == 2, entries  # the torchrun agent iterates nothing: no entry of its own
     assert job.stop(60) == 0, job.stderr()[-3000:]

@@ -161,6 +161,31 @@ def test_report_says_why_the_split_is_unknown():
     assert not stalled[1].strip().startswith("per batch")  # nothing known of a batch: no line
 
 
+def test_report_names_the_straggler_rank_in_its_diagnosis():
+    """Issue 37: `loadertop snapshot` (text) of a 2-rank job whose rank 1 reads 4x slower says,
+    at the top, that rank 1 holds the job back, with rank 1's evidence and advice; rank 1's own
+    section keeps its own verdict."""
+    doc = fakes.straggler_doc()
+    lines = _report_lines(doc)
+    top = _after(lines, "DIAGNOSIS")
+    assert top[0] == ("DIAGNOSIS [cpu-node-1:61001:train]: input_bound_io — rank 1 holds the job "
+                      "back: its loop waits 75 % of the time for data; the workers wait on storage "
+                      "or network; rank 0 waits in its step (3 % for data)")
+    assert top[1:4] == ["  evidence: wait fraction 75 % (threshold 10 %)",
+                        "  evidence: 100 % of the wait came before the batch was produced: the "
+                        "workers are the limit",
+                        "  evidence: worker cpu_fraction 0.06 (I/O-bound below 0.50)"]
+    assert top[4].startswith("  → try num_workers=9, if the storage serves 9 reads at once: up to ~")
+    assert top[5].startswith("  → the storage may already be near its limit")
+    rank1 = _after(lines, "train rank 1")
+    own = next(line for line in rank1 if line.strip().startswith("DIAGNOSIS"))
+    assert own == ("  DIAGNOSIS: input_bound_io — the loop waits 75 % of the time for data; the "
+                   "workers wait on storage or network")
+    rank0 = _after(lines, "train rank 0")
+    assert next(line for line in rank0 if line.strip().startswith("DIAGNOSIS")).startswith(
+        "  DIAGNOSIS: compute_bound — the loader keeps up (the loop waits 3 %)")
+
+
 def test_report_time_without_workers_and_when_idle():
     where = _after(_report_lines(fakes.main_process_doc()), "where the time goes")[:2]
     assert where[0] == "  where the time goes: step 45 % · fetching in the loop 55 % · handoff 0.4 %"

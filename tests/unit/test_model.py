@@ -121,7 +121,7 @@ SCENARIOS = [fakes.healthy_doc, fakes.gpu_doc, fakes.no_gpu_doc, fakes.io_bound_
              fakes.dead_worker_doc, fakes.waiting_doc, fakes.empty_doc, fakes.waiting_for_system_doc,
              fakes.disconnected_doc, fakes.stale_doc, fakes.same_name_doc, fakes.multi_source_doc,
              fakes.main_process_doc, fakes.bad_frames_doc, fakes.main_process_bound_doc,
-             fakes.unpaired_doc,
+             fakes.unpaired_doc, fakes.straggler_doc,
              lambda: fakes.margin_history()[-1],
              lambda: fakes.workers_doc((20.0, 50.0, 60.0, 99.0), (1, 9, 2, 3))]
 

@@ -394,9 +394,24 @@ def test_banner_reads_as_the_diagnosis_means_it():
 
 def test_banner_names_the_straggler_and_machine_wide_verdicts():
     async def body(app, pilot):
-        assert text_of(app.query_one(Banner)).startswith("INPUT-BOUND: WORKERS CPU-LIMITED  [train r1]")
+        banner = text_of(app.query_one(Banner))
+        assert banner.startswith("INPUT-BOUND: WORKERS CPU-LIMITED  [train r1]  rank 1 holds the "
+                                 "job back: its loop waits 34 % of the time for data")
+        # the same words as the text report's top verdict (issue 37)
+        assert fakes.multi_source_doc().diagnosis.summary in " ".join(banner.split())
 
     run(body, make_app(fakes.multi_source_doc()))
+
+    straggler = fakes.straggler_doc()
+
+    async def io_straggler(app, pilot):
+        flat = " ".join(text_of(app.query_one(Banner)).split())
+        assert flat.startswith("INPUT-BOUND: WAITING ON I/O [train r1] rank 1 holds the job back: "
+                               "its loop waits 75 % of the time for data")
+        assert straggler.diagnosis.summary in flat
+        assert "→ " + straggler.diagnosis.advice[0] in flat
+
+    run(io_straggler, make_app(straggler))
 
     async def same_name(app, pilot):
         header = text_of(app.query_one(HeaderBar))
