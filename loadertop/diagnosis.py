@@ -8,7 +8,7 @@ the viewer, `snapshot --json` and the tests all judge alike.
     top = overall([(source_id, shown), ...], system, ranks)    # the most urgent, plus "source"
                                                                # (with ranks: the straggler's)
 
-`source` is a `SourceFigures` and `system` a `SystemFigures` (or None) of `loadertop.document`;
+`source` is a `SourceFigures` and `system` a `SystemFigures` (or None) of `loadertop.client.document`;
 a verdict is a frozen `Verdict`: category, summary, evidence, advice (CONTRACT §3/§4). Every
 figure may be None (unknown) or, from a broken reading, not finite: a rule treats both as "no
 evidence" and never invents a value.
@@ -42,7 +42,7 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import Final
 
-from loadertop.document import (
+from loadertop.client.document import (
     Category,
     GpuFigures,
     OverallVerdict,
@@ -271,7 +271,7 @@ def overall(verdicts: Sequence[tuple[str, Verdict]], system: SystemFigures | Non
     Ties keep the order of ``verdicts``. With no sources it is about the machine: memory_pressure
     when memory is short, else idle, with "source": None.
 
-    ``ranks`` (the document's `ranks`, `viewer/ranks.py`): when it names a straggler whose own
+    ``ranks`` (the document's `ranks`, `client/ranks.py`): when it names a straggler whose own
     verdict is that its loop waits for data, that rank sets the pace of the whole job (every step
     ends in a collective the other ranks wait in), so the top-level verdict is the straggler's —
     its category, evidence and advice — with a summary that says so (`_straggler_summary`). Only a

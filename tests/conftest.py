@@ -1,6 +1,6 @@
 """Shared fixtures and helpers: private discovery directories, training workloads in subprocesses,
 `loadertop snapshot --json` runs, and a validator of the CONTRACT §3 document (a strict decode into
-`loadertop.document`'s types).
+`loadertop.client.document`'s types).
 
 Everything is real: workloads are `tests/workloads/train.py` in their own process (own session, so
 the whole process group, workers included, is killed at teardown), forked by a zygote that imported
@@ -26,7 +26,7 @@ import msgspec
 import psutil
 import pytest
 
-from loadertop.document import Document, Source, Stats, SystemFigures, decode_json
+from loadertop.client.document import Document, Source, Stats, SystemFigures, decode_json
 
 TESTS = Path(__file__).resolve().parent
 REPO = TESTS.parent
@@ -517,7 +517,7 @@ def source_of(doc: dict, pid: int) -> dict:
 
 # --------------------------------------------------------------------------- §3 document shape
 def typed_document(doc: dict) -> Document:
-    """The document decoded strictly into `loadertop.document.Document`: every key of the
+    """The document decoded strictly into `loadertop.client.document.Document`: every key of the
     contract present with its type and range (fractions in 0..1, counts >= 0, categories and
     states by name), and no key the types do not describe (the round trip gives it back whole)."""
     raw = json.dumps(doc).encode()

@@ -24,10 +24,10 @@ from typing import Any
 import msgspec
 
 from loadertop import wire
-from loadertop.document import Document
+from loadertop.client.document import Document
+from loadertop.client.model import Model
 from loadertop.probe.record import BucketCounts
 from loadertop.system.gpu import GPU_FIELDS
-from loadertop.viewer.model import Model
 
 #: The fixed "now" of every scenario (2025-11-29 17:23:20 UTC).
 T0 = 1764437000.0

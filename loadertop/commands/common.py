@@ -14,9 +14,9 @@ class UsageError(Exception):
 
 def open_subscriber(endpoint_args: list[str], *, window_s: float = 3.0, key: str | None = None,
                     server_key: str | None = None, drop_vanished: bool = False):
+    from loadertop.client.model import Model
+    from loadertop.client.subscriber import Subscriber
     from loadertop.endpoints import EndpointError, resolve
-    from loadertop.viewer.model import Model
-    from loadertop.viewer.subscriber import Subscriber
 
     directory = discovery.discovery_dir()
     try:

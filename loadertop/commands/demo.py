@@ -183,8 +183,8 @@ def main(argv: list[str]) -> int:
 
 
 def _subscriber(job: DemoJob, window_s: float = 3.0):
-    from loadertop.viewer.model import Model
-    from loadertop.viewer.subscriber import Subscriber
+    from loadertop.client.model import Model
+    from loadertop.client.subscriber import Subscriber
 
     # Exactly the job's endpoint, no discovery: other jobs of this user stay out of the demo.
     # (An ipc connect before the job binds is retried by ZeroMQ until the socket appears.)
@@ -205,7 +205,7 @@ def run_screen(job: DemoJob, *, refresh_s: float, no_color: bool) -> int:
 
 def run_once(job: DemoJob, seconds: float) -> int:
     """Watch `seconds` from the first data on; print a report at the end of each phase."""
-    from loadertop.viewer.report import render_text
+    from loadertop.views.text import render_text
 
     # Judge often enough for the verdict's hysteresis (3 updates) to settle inside a short phase.
     step_s = min(1.0, job.phase_seconds / 6)

@@ -1,4 +1,4 @@
-"""`loadertop replay FILE`: a recording in the live TUI (`loadertop.viewer.replay`)."""
+"""`loadertop replay FILE`: a recording in the live TUI (`loadertop.tui.replay`)."""
 
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ def main(args) -> int:
         print_error("replay needs a terminal; for a report of the recording use "
                     f"`loadertop snapshot --from {args.file}` or `loadertop report {args.file}`")
         return 2
-    from loadertop.viewer.replay import ReplayApp
+    from loadertop.tui.replay import ReplayApp
 
     run_until_exit(ReplayApp(playback, os.path.basename(args.file), speed=args.speed,
                              refresh_s=args.refresh, no_color=environment.no_color(args.no_color)))

@@ -5,8 +5,8 @@ from __future__ import annotations
 import sys
 import time
 
+from loadertop.client.document import Document
 from loadertop.commands.common import UsageError, no_sources_message, open_subscriber, print_error, watch
-from loadertop.document import Document
 
 
 def take(endpoint_args: list[str], seconds: float, *, key=None,
@@ -91,7 +91,7 @@ def report_live(endpoint_args: list[str], seconds: float, *, as_json: bool, key=
 
 
 def _print(doc: Document, as_json: bool) -> int:
-    from loadertop.viewer.report import render_json, render_text
+    from loadertop.views.text import render_json, render_text
 
     sys.stdout.write(render_json(doc) + "\n" if as_json else render_text(doc))
     return 0

@@ -74,8 +74,8 @@ def run_app(sub, *, refresh_s: float, no_color: bool,
     `note`: a line of context for the header, asked once per refresh (the demo's phase).
     SIGTERM and SIGHUP (a `kill`, a closed terminal) make the app exit as `q` does, so the
     terminal is left in order — and the demo, which runs this, gets to stop its job."""
-    from loadertop.viewer.app import LoadertopApp
-    from loadertop.viewer.subscriber import NetworkFeed
+    from loadertop.client.subscriber import NetworkFeed
+    from loadertop.tui.app import LoadertopApp
 
     feed = NetworkFeed(sub)
     try:

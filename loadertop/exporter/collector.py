@@ -25,8 +25,8 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
 
+from loadertop.client.document import Document, HistogramFigures, Source
 from loadertop.diagnosis import CATEGORIES
-from loadertop.document import Document, HistogramFigures, Source
 
 MetricFamily = CounterMetricFamily | GaugeMetricFamily | HistogramMetricFamily
 

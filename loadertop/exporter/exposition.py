@@ -33,7 +33,7 @@ from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
 from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
 
-from loadertop.document import Document, HistogramFigures
+from loadertop.client.document import Document, HistogramFigures
 from loadertop.exporter.collector import (
     FAMILIES,
     DocumentCollector,

@@ -27,10 +27,10 @@ from prometheus_client import CollectorRegistry, ProcessCollector
 from prometheus_client.exposition import ThreadingWSGIServer, gzip_accepted
 
 from loadertop import endpoints
-from loadertop.document import Document
+from loadertop.client.document import Document
+from loadertop.client.subscriber import MAX_FRAMES_PER_POLL
 from loadertop.exporter.collector import ExporterCollector
 from loadertop.exporter.exposition import Exposition
-from loadertop.viewer.subscriber import MAX_FRAMES_PER_POLL
 
 ADVANCE_S = 1.0  # the model moves on once a second, as the TUI's default refresh
 DRAIN_S = 0.25  # the receive loop reads its sockets this often (the probes report every 0.25 s)

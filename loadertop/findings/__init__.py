@@ -20,7 +20,7 @@ from typing import Final
 
 import msgspec
 
-from loadertop.document import SEVERITIES, Finding, SourceFigures, SystemFigures
+from loadertop.client.document import SEVERITIES, Finding, SourceFigures, SystemFigures
 from loadertop.findings import lifecycle, resources
 
 #: A finding whose condition no longer holds stays listed this long (CONTRACT §5: "and for a

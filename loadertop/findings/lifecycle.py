@@ -8,8 +8,8 @@ import signal
 from typing import Final
 
 from loadertop import diagnosis
+from loadertop.client.document import Finding, SourceFigures, StackFigures, SystemFigures, WorkerFigures
 from loadertop.diagnosis import short_frame, user_frame
-from loadertop.document import Finding, SourceFigures, StackFigures, SystemFigures, WorkerFigures
 from loadertop.findings._common import finding, fmt_ms
 
 # worker_hung: a worker inside one batch this long, and this many times its own recent p99 per

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Final
 
-from loadertop.document import (
+from loadertop.client.document import (
     Finding,
     MemoryTrend,
     ProcessFigures,

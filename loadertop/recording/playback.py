@@ -18,9 +18,9 @@ from __future__ import annotations
 import bisect
 
 from loadertop import wire
-from loadertop.document import Document
+from loadertop.client.document import Document
+from loadertop.client.model import HISTORY_S, Model
 from loadertop.recording.file import Frame, Recording
-from loadertop.viewer.model import HISTORY_S, Model
 
 STEP_S = 1.0  # the model is advanced at least this often (recording time): the TUI's default refresh
 REBUILD_S = HISTORY_S + 30.0  # a seek further than this (back, or forward) rebuilds the model

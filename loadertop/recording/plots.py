@@ -23,7 +23,7 @@ from typing import Any
 
 from loadertop import diagnosis
 from loadertop.recording.series import MachineSeries, Series, SourceSeries, Timeline
-from loadertop.viewer.palette import category_style
+from loadertop.views.palette import category_style
 
 
 class PlottingUnavailable(Exception):

@@ -15,13 +15,13 @@ import time
 from collections.abc import Sequence
 
 from loadertop._version import __version__
-from loadertop.document import Finding
+from loadertop.client.document import Finding
 from loadertop.recording import plots
 from loadertop.recording.file import Recording
 from loadertop.recording.playback import Playback
 from loadertop.recording.series import SeenFinding, SourceSeries, Timeline, timeline
-from loadertop.viewer.palette import category_style, severity_style
-from loadertop.viewer.report import finding_stack, render_text
+from loadertop.views.palette import category_style, severity_style
+from loadertop.views.text import finding_stack, render_text
 
 _STYLE = """
 body { font: 14px/1.45 -apple-system, "Segoe UI", "DejaVu Sans", "Liberation Sans", Arial, sans-serif;

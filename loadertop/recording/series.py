@@ -12,7 +12,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from loadertop.document import Document, Finding, Source, SystemFigures, WorkerFigures
+from loadertop.client.document import Document, Finding, Source, SystemFigures, WorkerFigures
 from loadertop.recording.playback import STEP_S, Playback
 
 #: The most points of one plotted line (an hour's recording is sampled every 2.4 s): enough for

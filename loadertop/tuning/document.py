@@ -1,6 +1,6 @@
 """The `loadertop tune --json` document (CONTRACT §6), schema `loadertop.tune/1`, as typed Structs.
 
-Like `loadertop.document`: frozen msgspec Structs, a field's definition order is its key order,
+Like `loadertop.client.document`: frozen msgspec Structs, a field's definition order is its key order,
 the types carry the ranges, and a figure that cannot be known is None (JSON null). The contract's
 keys come first in each object; the others are additive (stable within schema 1).
 
@@ -16,7 +16,7 @@ from typing import Final, Literal
 
 import msgspec
 
-from loadertop.document import Category, Count, Fraction, NonNegative, Percent
+from loadertop.client.document import Category, Count, Fraction, NonNegative, Percent
 
 TUNE_SCHEMA: Final = "loadertop.tune/1"
 
@@ -27,7 +27,7 @@ TrialReason = Literal["own_setting", "start", "climb", "refine", "repeat", "list
 
 
 class _Figures(msgspec.Struct, frozen=True, kw_only=True, gc=False):
-    """Base of the document's objects (see `loadertop.document._Figures`)."""
+    """Base of the document's objects (see `loadertop.client.document._Figures`)."""
 
 
 class TrialFigures(_Figures, frozen=True, kw_only=True):

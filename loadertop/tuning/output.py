@@ -11,10 +11,10 @@ import time
 from collections.abc import Sequence
 from typing import TextIO
 
+from loadertop.client.units import MISSING, fmt_bytes, fmt_frac_pct, fmt_pct
 from loadertop.tuning.document import TrialFigures, TrialReason, TuneDocument
 from loadertop.tuning.recommendation import fmt_rate, fmt_spread
 from loadertop.tuning.strategy import points, usable
-from loadertop.viewer.units import MISSING, fmt_bytes, fmt_frac_pct, fmt_pct
 
 REASON_TEXT: dict[str, str] = {
     "own_setting": "the program's own setting",

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from loadertop.client.units import fmt_bytes
 from loadertop.tuning.document import BestFigures, TrialFigures, UnsafeFigures
 from loadertop.tuning.strategy import (
     GAIN_MIN,
@@ -24,7 +25,6 @@ from loadertop.tuning.strategy import (
     relative_gain,
     usable,
 )
-from loadertop.viewer.units import fmt_bytes
 
 
 def workers(count: int) -> str:

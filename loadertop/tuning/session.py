@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
 from loadertop import diagnosis
-from loadertop.document import SourceFigures, SystemFigures
+from loadertop.client.document import SourceFigures, SystemFigures
 from loadertop.system.host import cores_available
 from loadertop.tuning import strategy
 from loadertop.tuning.document import TUNE_SCHEMA, TrialFigures, TrialReason, TuneDocument

@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from loadertop import diagnosis, environment
-from loadertop.document import Document, Source, SourceFigures, SystemFigures
+from loadertop.client.document import Document, Source, SourceFigures, SystemFigures
 from loadertop.tuning.document import TrialFigures, TrialReason
 
 POLL_S = 0.1  # the longest a poll of the subscriber waits for data (no fixed sleeps: it wakes on data)
@@ -215,8 +215,8 @@ def run_trial(command: Sequence[str], num_workers: int | None, reason: TrialReas
               on_phase: Callable[[str], None] | None = None) -> TrialOutcome:
     """Run, measure and end one trial. Raises CannotStart, and lets KeyboardInterrupt through
     (after ending the program and removing the trial's files)."""
-    from loadertop.viewer.model import Model
-    from loadertop.viewer.subscriber import Subscriber
+    from loadertop.client.model import Model
+    from loadertop.client.subscriber import Subscriber
 
     directory = _trial_dir()
     began = time.monotonic()

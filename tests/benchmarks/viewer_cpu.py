@@ -68,8 +68,8 @@ def start_jobs(directory: str, count: int) -> tuple[list[subprocess.Popen], list
 
 
 def wait_for_sources(endpoints: list[str], directory: str, expected: int, timeout: float = 120.0) -> None:
-    from loadertop.viewer.model import Model
-    from loadertop.viewer.subscriber import Subscriber
+    from loadertop.client.model import Model
+    from loadertop.client.subscriber import Subscriber
 
     sub = Subscriber(Model(), endpoints, directory=directory, discover=False)
     deadline = time.monotonic() + timeout
@@ -88,9 +88,9 @@ def wait_for_sources(endpoints: list[str], directory: str, expected: int, timeou
 
 def run_headless_viewer(endpoints: list[str], directory: str, refresh: float, seconds: float) -> None:
     """(In the child process) run the real app headless; print {"cpu_s", "wall_s", ...} as JSON."""
-    from loadertop.viewer.app import LoadertopApp
-    from loadertop.viewer.model import Model
-    from loadertop.viewer.subscriber import NetworkFeed, Subscriber
+    from loadertop.client.model import Model
+    from loadertop.client.subscriber import NetworkFeed, Subscriber
+    from loadertop.tui.app import LoadertopApp
 
     feed = NetworkFeed(Subscriber(Model(), endpoints, directory=directory, discover=False))
     app = LoadertopApp(feed, refresh_s=refresh)

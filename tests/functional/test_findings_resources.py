@@ -20,8 +20,8 @@ from pathlib import Path
 import pytest
 
 from loadertop import environment
+from loadertop.client import resources as vr
 from loadertop.findings import resources as fr
-from loadertop.viewer import resources as vr
 
 from conftest import (
     START_TIMEOUT_S,

@@ -12,7 +12,7 @@ import subprocess
 import pytest
 
 from loadertop.recording import plots
-from loadertop.viewer.palette import CATEGORY_STYLES
+from loadertop.views.palette import CATEGORY_STYLES
 
 from conftest import REPO, WorkloadPool, clean_env, loadertop_cmd, short_tmpdir
 from recorded import needed

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from loadertop.document import encode_json
+from loadertop.client.document import encode_json
 
 from conftest import clean_env, kill_group, short_tmpdir, snapshot, wait_for
 
@@ -104,8 +104,8 @@ class Viewer:
     """An in-process viewer (Subscriber + Model) polled until a condition holds."""
 
     def __init__(self, endpoints=None, directory=None, curve=None) -> None:
-        from loadertop.viewer.model import Model
-        from loadertop.viewer.subscriber import Subscriber
+        from loadertop.client.model import Model
+        from loadertop.client.subscriber import Subscriber
 
         self.model = Model()
         self.sub = Subscriber(self.model, endpoints, directory=directory,

@@ -10,8 +10,8 @@ from collections import Counter
 import zmq
 
 from loadertop import wire
-from loadertop.viewer.model import Model
-from loadertop.viewer.subscriber import Subscriber
+from loadertop.client.model import Model
+from loadertop.client.subscriber import Subscriber
 
 from fakes import goodbye, loader_report, mutated_frame, raw_frame, system_report
 

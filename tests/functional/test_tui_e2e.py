@@ -18,11 +18,11 @@ import time
 
 import pytest
 
-from loadertop.viewer.app import LoadertopApp
-from loadertop.viewer.model import Model
-from loadertop.viewer.subscriber import NetworkFeed, Subscriber
-from loadertop.viewer.widgets import Banner, CpuPanel, LoaderPanel, WorkersTable
-from loadertop.viewer.widgets.theme import CATEGORY_STYLES
+from loadertop.client.model import Model
+from loadertop.client.subscriber import NetworkFeed, Subscriber
+from loadertop.tui.app import LoadertopApp
+from loadertop.tui.theme import CATEGORY_STYLES
+from loadertop.tui.widgets import Banner, CpuPanel, LoaderPanel, WorkersTable
 
 pytestmark = pytest.mark.slow
 

@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from loadertop.viewer.app import LoadertopApp
+from loadertop.tui.app import LoadertopApp
 
 import fakes
 from fakes import FakeFeed
@@ -144,7 +144,7 @@ def test_replay(snap_compare, size, tmp_path):
     header, "live then", the graphs of the 10 s before the point."""
     from loadertop.recording.file import read
     from loadertop.recording.playback import Playback
-    from loadertop.viewer.replay import ReplayApp
+    from loadertop.tui.replay import ReplayApp
 
     path = tmp_path / "io.ltrec"
     fakes.write_recording(path, fakes.io_bound_scenario(), fakes.T0 - 90.0, fakes.T0)

@@ -13,7 +13,7 @@ import pytest
 from loadertop.commands import demo, run
 from loadertop.examples import demo_train
 from loadertop.examples.demo_train import PHASES, phase_command_line
-from loadertop.viewer.report import render_text
+from loadertop.views.text import render_text
 
 import fakes
 

@@ -1,7 +1,7 @@
 """Unit tests of loadertop.diagnosis: every rule, every boundary, unknown and broken figures,
 hysteresis, and the wording of thresholds, margins and worker-count caps.
 
-Inputs are the typed document (`loadertop.document`): a test describes a source or a machine as
+Inputs are the typed document (`loadertop.client.document`): a test describes a source or a machine as
 nested dicts merged onto a healthy base, converted once (and so validated) with `msgspec.convert`.
 A figure no decoded document can hold (NaN, an infinity, a negative number) is set afterwards with
 `broken`, since a Struct's constructor does not validate.
@@ -23,9 +23,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from loadertop import diagnosis as d
-from loadertop import document
-from loadertop.diagnosis import VerdictStabilizer, diagnose, overall, stall_threshold_ms
-from loadertop.document import (
+from loadertop.client import document
+from loadertop.client.document import (
     Category,
     CgroupFigures,
     GpuFigures,
@@ -40,6 +39,7 @@ from loadertop.document import (
     Verdict,
     WorkerFigures,
 )
+from loadertop.diagnosis import VerdictStabilizer, diagnose, overall, stall_threshold_ms
 
 GIB = 1024**3
 MIB = 1024**2
@@ -227,7 +227,7 @@ def test_module_imports_only_the_stdlib_and_the_document():
     assert all(isinstance(n, ast.ImportFrom) and n.level == 0 for n in ast.walk(tree)
                if isinstance(n, ast.ImportFrom))
     ours = {m for m in modules if m.split(".")[0] == "loadertop"}
-    assert ours == {"loadertop.document"}
+    assert ours == {"loadertop.client.document"}
     others = {m.split(".")[0] for m in modules - ours}
     assert others <= set(sys.stdlib_module_names), others - set(sys.stdlib_module_names)
     assert not others & {"torch", "textual", "zmq", "psutil", "msgspec", "numpy", "rich"}

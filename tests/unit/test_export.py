@@ -15,13 +15,13 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.parser import text_string_to_metric_families
 
 from loadertop import cli, wire
+from loadertop.client.document import Document
+from loadertop.client.model import Model
 from loadertop.diagnosis import CATEGORIES
-from loadertop.document import Document
 from loadertop.exporter import exposition
 from loadertop.exporter.collector import ExporterCollector
 from loadertop.exporter.exposition import Exposition, SeriesWriter, reference
 from loadertop.exporter.server import ListenError, MetricsServer, parse_listen
-from loadertop.viewer.model import Model
 
 import fakes
 from fakes import (
@@ -383,7 +383,7 @@ def test_a_vanished_discovery_entry_is_disconnected(lt_dir):
     import psutil
 
     from loadertop import discovery
-    from loadertop.viewer.subscriber import Subscriber
+    from loadertop.client.subscriber import Subscriber
 
     endpoint = f"ipc://{lt_dir}/job.sock"
     path = discovery.write_entry(lt_dir, pid=os.getpid(), endpoint=endpoint, command="python t.py",

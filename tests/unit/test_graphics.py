@@ -1,11 +1,11 @@
-"""The pure text graphics of the screen (`loadertop.viewer.widgets.graphics`): no Textual needed."""
+"""The pure text graphics of the screen (`loadertop.tui.widgets.graphics`): no Textual needed."""
 
 from __future__ import annotations
 
 import ast
 from pathlib import Path
 
-from loadertop.viewer.widgets import graphics as g
+from loadertop.tui.widgets import graphics as g
 
 
 def test_sparkline_shapes():
@@ -92,7 +92,8 @@ def test_wrap_at_spaces():
 
 def test_graphics_theme_and_history_are_pure():
     """No Textual in the modules that compute what to draw (they are tested without an app)."""
-    from loadertop.viewer.widgets import history, theme
+    from loadertop.tui import theme
+    from loadertop.tui.widgets import history
 
     for module in (g, theme, history):
         tree = ast.parse(Path(module.__file__).read_text())

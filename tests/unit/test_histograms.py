@@ -13,8 +13,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from loadertop import wire
+from loadertop.client.model import HISTOGRAM_LE_MS, Model, histogram_figures
 from loadertop.probe.record import BucketCounts
-from loadertop.viewer.model import HISTOGRAM_LE_MS, Model, histogram_figures
 
 from fakes import T0, loader_report, mutated_frame, raw_frame
 
@@ -135,6 +135,6 @@ def test_the_model_serves_the_latest_cumulative_counts():
     fetch = src.workers[0].fetch_histogram
     assert fetch is not None and fetch.count == 7 and fetch.sum_ms == 7.0
     # The document keeps its contract: it decodes strictly, histograms included.
-    from loadertop.document import decode_json, encode_json
+    from loadertop.client.document import decode_json, encode_json
 
     assert decode_json(encode_json(doc)) == doc

@@ -9,8 +9,8 @@ import msgspec
 import pytest
 
 from loadertop import diagnosis, wire
-from loadertop.document import Document, decode_json, encode_json
-from loadertop.viewer.model import FORGET_AFTER_S, GONE_AFTER_S, Model
+from loadertop.client.document import Document, decode_json, encode_json
+from loadertop.client.model import FORGET_AFTER_S, GONE_AFTER_S, Model
 
 import fakes
 from conftest import check_document
@@ -211,7 +211,7 @@ def test_stats_of_whole_microseconds_are_numpys_percentiles_of_the_milliseconds(
     same floats as interpolating the ms values (numpy's default), the mean within a rounding."""
     import random
 
-    from loadertop.viewer.model import percentile, stats_of_us
+    from loadertop.client.model import percentile, stats_of_us
 
     rng = random.Random(7)
     for _ in range(3000):

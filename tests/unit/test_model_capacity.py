@@ -7,8 +7,8 @@ from __future__ import annotations
 import msgspec
 
 from loadertop import wire
-from loadertop.viewer import settings as settings_mod
-from loadertop.viewer.model import Model
+from loadertop.client import settings as settings_mod
+from loadertop.client.model import Model
 
 from fakes import loader_report, system_report
 

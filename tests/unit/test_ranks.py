@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import msgspec
 
-from loadertop.document import Source
-from loadertop.viewer import ranks
+from loadertop.client import ranks
+from loadertop.client.document import Source
 
 import fakes
 

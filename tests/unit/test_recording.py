@@ -13,10 +13,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from loadertop import wire
+from loadertop.client.model import Model
 from loadertop.recording import file as recfile
 from loadertop.recording.file import FORMAT_VERSION, MAGIC, RecordingError, RecordingWriter, read
 from loadertop.recording.playback import REBUILD_S, Playback
-from loadertop.viewer.model import Model
 
 from fakes import T0, goodbye, io_bound_scenario, loader_report, raw_frame, system_report, write_recording
 

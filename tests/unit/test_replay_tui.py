@@ -8,8 +8,8 @@ import asyncio
 
 from loadertop.recording.file import read
 from loadertop.recording.playback import Playback
-from loadertop.viewer.replay import SEEK_S, PlaybackClock, ReplayApp, position_text, replay_note
-from loadertop.viewer.widgets import Banner, HeaderBar, HelpScreen, LoaderPanel
+from loadertop.tui.replay import SEEK_S, PlaybackClock, ReplayApp, position_text, replay_note
+from loadertop.tui.widgets import Banner, HeaderBar, HelpScreen, LoaderPanel
 
 from fakes import T0, io_bound_scenario, write_recording
 

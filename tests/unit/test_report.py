@@ -19,8 +19,8 @@ from loadertop.recording import plots, series
 from loadertop.recording.file import MAGIC, read
 from loadertop.recording.playback import STEP_S, Playback
 from loadertop.recording.report import html_report
-from loadertop.viewer.palette import CATEGORY_STYLES
-from loadertop.viewer.report import render_text
+from loadertop.views.palette import CATEGORY_STYLES
+from loadertop.views.text import render_text
 
 from fakes import (
     LOOP_WAIT_STACK,

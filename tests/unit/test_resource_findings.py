@@ -14,12 +14,12 @@ import pytest
 from test_diagnosis import make_source, make_system, worker
 
 from loadertop import environment, wire
-from loadertop.document import MemoryTrend, ShmFigures, SourceFigures, WorkerFigures
+from loadertop.client import resources as vr
+from loadertop.client.document import MemoryTrend, ShmFigures, SourceFigures, WorkerFigures
+from loadertop.client.resources import ResourceHistory, memory_trend
 from loadertop.findings import resources as fr
 from loadertop.probe import resources as pr
 from loadertop.system.host import shm_figures
-from loadertop.viewer import resources as vr
-from loadertop.viewer.resources import ResourceHistory, memory_trend
 
 MIB = 1024 * 1024
 GIB = 1024 * MIB

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import json
 
+from loadertop.client.document import Category, RankFigures, RankGroup, Ranks, Verdict, encode_json
 from loadertop.diagnosis import overall
-from loadertop.document import Category, RankFigures, RankGroup, Ranks, Verdict, encode_json
 
 import fakes
 from fakes import T0, LoaderSim, MachineSim, Scenario

@@ -4,9 +4,9 @@ colour bands and help text derived from its thresholds (and the model's), none t
 from __future__ import annotations
 
 from loadertop import diagnosis
-from loadertop.viewer import model
-from loadertop.viewer.widgets import help as help_screen
-from loadertop.viewer.widgets import theme
+from loadertop.client import model
+from loadertop.tui import theme
+from loadertop.tui.widgets import help as help_screen
 
 
 def test_category_styles_cover_exactly_the_diagnosis_categories():

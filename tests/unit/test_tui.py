@@ -14,9 +14,10 @@ import subprocess
 import sys
 
 from loadertop import diagnosis
-from loadertop.document import decode_json, encode_json
-from loadertop.viewer.app import REFRESH_STEPS, LoadertopApp
-from loadertop.viewer.widgets import (
+from loadertop.client.document import decode_json, encode_json
+from loadertop.tui.app import REFRESH_STEPS, LoadertopApp
+from loadertop.tui.theme import CATEGORY_STYLES
+from loadertop.tui.widgets import (
     Banner,
     CpuPanel,
     DiskPanel,
@@ -30,7 +31,6 @@ from loadertop.viewer.widgets import (
     WorkersTable,
     graphics,
 )
-from loadertop.viewer.widgets.theme import CATEGORY_STYLES
 
 import fakes
 from fakes import GIB, MIB, FakeFeed
@@ -585,7 +585,7 @@ def test_no_color_flag():
 
 
 def test_viewer_imports_neither_torch_nor_zmq():
-    code = ("import sys, loadertop.viewer.app, loadertop.viewer.widgets; "
+    code = ("import sys, loadertop.tui.app, loadertop.tui.widgets; "
             "bad = [m for m in ('torch', 'zmq') if m in sys.modules]; "
             "assert not bad, bad")
     subprocess.run([sys.executable, "-c", code], check=True, env={**os.environ})

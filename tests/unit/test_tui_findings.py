@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import asyncio
 
-from loadertop.document import FINDING_KINDS, SEVERITIES, decode_json, encode_json
-from loadertop.viewer.app import LoadertopApp
-from loadertop.viewer.report import finding_stack, short_location, split_frame
-from loadertop.viewer.widgets import (
+from loadertop.client.document import FINDING_KINDS, SEVERITIES, decode_json, encode_json
+from loadertop.tui.app import LoadertopApp
+from loadertop.tui.theme import FINDING_WORDS, SEVERITY_STYLES
+from loadertop.tui.widgets import (
     Banner,
     FindingsBar,
     FindingsScreen,
@@ -24,8 +24,8 @@ from loadertop.viewer.widgets import (
     OverviewTable,
     WorkersTable,
 )
-from loadertop.viewer.widgets.findings import FindingsList, bar_rows, call_chain, pick_frames
-from loadertop.viewer.widgets.theme import FINDING_WORDS, SEVERITY_STYLES
+from loadertop.tui.widgets.findings import FindingsList, bar_rows, call_chain, pick_frames
+from loadertop.views.text import finding_stack, short_location, split_frame
 
 import fakes
 from fakes import FakeFeed

@@ -1,0 +1,1 @@
+"""The Textual app: one module per panel under `widgets/`, the theme, the live and replay apps."""
