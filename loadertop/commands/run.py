@@ -22,9 +22,8 @@ import sys
 # subprocess cost ~14 ms of the ~40 it took here); the rest is imported where it is used, and the
 # job is started with os.posix_spawnp (see _start).
 from loadertop import environment
+from loadertop.launch import BOOTSTRAP_DIR, child_env, exit_status  # noqa: F401  (run's names)
 
-BOOTSTRAP_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
-                             "probe", "_bootstrap")
 # SIGUSR1/2: SLURM and Lightning use them to ask a job to checkpoint or requeue.
 FORWARDED = tuple(getattr(signal, name) for name in
                   ("SIGINT", "SIGTERM", "SIGHUP", "SIGQUIT", "SIGUSR1", "SIGUSR2")
@@ -96,23 +95,6 @@ def parse(argv: list[str]) -> tuple[dict, list[str]]:
     if not command:
         raise UsageError("no command given (e.g. loadertop run -- python train.py)")
     return opts, command
-
-
-def child_env(environ, listen: str | None) -> dict:
-    env = dict(environ)
-    env[environment.LOADERTOP_RUN] = "1"
-    env.pop(environment.LOADERTOP_RUN_WARNED, None)
-    env.pop(environment.LOADERTOP_RUN_PORT_BASE, None)  # a nested run starts from its own --listen
-    parts = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p and p != BOOTSTRAP_DIR]
-    env["PYTHONPATH"] = os.pathsep.join([BOOTSTRAP_DIR, *parts])
-    if listen:
-        env[environment.LOADERTOP_ENDPOINT] = listen
-    return env
-
-
-def exit_status(returncode: int) -> int:
-    """The shell's convention: a child killed by signal N makes 128+N."""
-    return 128 - returncode if returncode < 0 else returncode
 
 
 def main(argv: list[str]) -> int:

@@ -2,7 +2,7 @@
 
     outcome = run_trial(["python", "train.py"], 4, "climb", TrialSettings(trial_s=10))
 
-1. **Start** the program as `loadertop run` would (the same start-up hook, `commands.run.child_env`)
+1. **Start** the program as `loadertop run` would (the same start-up hook, `launch.child_env`)
    with LOADERTOP_TUNE_NUM_WORKERS=N (every DataLoader built with N workers: `probe.override`), in
    its own session (so that the whole process group, workers and torchrun ranks included, can be
    ended), with a private LOADERTOP_DIR: each trial's processes are the only ones its viewer finds.
@@ -80,7 +80,7 @@ class TrialOutcome:
 def trial_env(environ: Mapping[str, str], directory: Path, num_workers: int | None) -> dict:
     """`loadertop run`'s environment for the program, with this trial's private discovery
     directory and num_workers (None: the program's own setting)."""
-    from loadertop.commands.run import child_env
+    from loadertop.launch import child_env
 
     env = child_env(environ, None)
     env[environment.LOADERTOP_DIR] = str(directory)

@@ -300,7 +300,7 @@ def test_subclass_iter_runs_once_and_is_measured():
 def test_startup_hook_is_lazy_chains_and_is_a_noop_without_run(tmp_path):
     """Under run: the finder is installed and torch is not imported; the user's own
     sitecustomize (hidden by ours) still runs; without LOADERTOP_RUN nothing is installed."""
-    from loadertop.commands.run import BOOTSTRAP_DIR
+    from loadertop.launch import BOOTSTRAP_DIR
 
     user = tmp_path / "user"
     user.mkdir()
