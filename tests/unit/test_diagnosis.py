@@ -234,9 +234,9 @@ def test_module_imports_only_the_stdlib_and_the_document():
 
 
 def test_thresholds_table_in_docs_matches_the_module():
-    doc = (Path(__file__).resolve().parents[2] / "README.md").read_text()
-    # the diagnosis' own table: from "### Thresholds" to the next section
-    doc = doc.split("\n### Thresholds\n", 1)[1].split("\n## ", 1)[0]
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "thresholds.md").read_text()
+    # the diagnosis' own table: from "## The diagnosis" to the next section
+    doc = doc.split("\n## The diagnosis\n", 1)[1].split("\n## ", 1)[0]
     rows = dict(re.findall(r"^\| `([A-Z_]+)` \| `([^`]+)` \|", doc, flags=re.M))
     numeric = {name for name, value in vars(d).items()
                if name.isupper() and not name.startswith("_") and isinstance(value, (int, float))}
@@ -1576,7 +1576,7 @@ def test_finding_thresholds_in_docs_match_the_module():
     from loadertop import findings
     from loadertop.findings import lifecycle
 
-    doc = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "thresholds.md").read_text()
     rows = dict(re.findall(r"^\| `([A-Z_]+)` \((?:lifecycle|`findings/__init__.py`)\) \| `([^`]+)` \|",
                            doc, flags=re.M))
     numeric = {name for name, value in vars(lifecycle).items()
