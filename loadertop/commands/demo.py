@@ -38,7 +38,7 @@ STARTUP_TIMEOUT_S = 60.0  # --once: no data by then is an error (torch imports i
 STOPPED_CODES = (0, 128 + signal.SIGTERM, -signal.SIGTERM, -signal.SIGKILL)
 
 
-def parse_args(argv: list[str]) -> argparse.Namespace:
+def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="loadertop demo",
         description="Run a synthetic training job (CPU only, offline) whose input pipeline goes "
@@ -53,7 +53,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                         "is not a terminal)")
     p.add_argument("--seconds", type=float, default=None, metavar="S",
                    help="with --once: how long to watch once data flows (default: every phase once)")
-    return p.parse_args(argv)
+    return p
 
 
 class DemoJob:
@@ -154,7 +154,10 @@ def _kill_group(pgid: int) -> None:
 
 
 def main(argv: list[str]) -> int:
-    args = parse_args(argv)
+    return run(parser().parse_args(argv))
+
+
+def run(args: argparse.Namespace) -> int:
     once = args.once or not sys.stdout.isatty()
     if not once and args.refresh < MIN_REFRESH_S:
         print_error(f"--refresh must be at least {MIN_REFRESH_S} s")
