@@ -30,6 +30,7 @@ from loadertop import environment
 from loadertop.commands.common import print_error
 from loadertop.commands.view import MIN_REFRESH_S
 from loadertop.examples import demo_train  # imports no torch: the job does, in its own process
+from loadertop.launch import signal_group, start_in_session
 
 JOB_MODULE = "loadertop.examples.demo_train"
 STOP_GRACE_S = 5.0  # SIGTERM, then this long for the job to stop its workers, then SIGKILL
@@ -82,8 +83,7 @@ class DemoJob:
         self._log = open(self.log_path, "wb")
         # Its output goes to a log (the screen is the viewer's); its own session keeps terminal
         # signals (Ctrl-C, SIGHUP) to us, who stop it in order, and lets us kill its workers too.
-        self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=self._log,
-                                     stderr=subprocess.STDOUT, env=env, start_new_session=True)
+        self.proc = start_in_session(cmd, env, stdout=self._log, stderr=subprocess.STDOUT)
 
     @property
     def pid(self) -> int | None:
@@ -145,12 +145,9 @@ class DemoJob:
 
 
 def _kill_group(pgid: int) -> None:
-    # The group's id is the job's pid (start_new_session); the kernel keeps that id from being
+    # The group's id is the job's pid (its own session); the kernel keeps that id from being
     # reused while any member of the group lives, and once none does this is ESRCH.
-    try:
-        os.killpg(pgid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
+    signal_group(pgid, signal.SIGKILL)
 
 
 def main(argv: list[str]) -> int:
