@@ -1,12 +1,12 @@
-"""How a training program is started under loadertop: the environment `run`, `tune`'s trials and
-`demo` give it, and the exit status they report.
+"""How loadertop starts a program: the environment `run` and `tune`'s trials give it, the
+session `tune`'s trials and `demo`'s job run in, and the exit status `run` reports.
 
 The child's PYTHONPATH starts with `loadertop/probe/_bootstrap`, whose `sitecustomize` (every
 Python started below the command imports it at startup: scripts, `python -m`, torchrun's ranks)
 patches `DataLoader.__iter__` when torch's dataloader module is imported, and then chains to any
 other `sitecustomize` on the path. It is a no-op unless LOADERTOP_RUN=1, which only this
-environment sets. Kept free of heavy imports: `run` starts before the job and its own start-up is
-added to every job's.
+environment sets. Kept free of heavy imports (subprocess is imported where a session is started):
+`run` starts before the job and its own start-up is added to every job's.
 """
 
 from __future__ import annotations
@@ -14,6 +14,12 @@ from __future__ import annotations
 import os
 
 from loadertop import environment
+
+TYPE_CHECKING = False  # not typing's: `run` imports this module, and typing costs its start-up
+if TYPE_CHECKING:
+    import subprocess
+    from collections.abc import Sequence
+    from typing import IO
 
 BOOTSTRAP_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "probe", "_bootstrap")
 
@@ -30,6 +36,26 @@ def child_env(environ, listen: str | None) -> dict:
     if listen:
         env[environment.LOADERTOP_ENDPOINT] = listen
     return env
+
+
+def start_in_session(command: Sequence[str], env: dict, *, stdout: IO[bytes] | int,
+                     stderr: IO[bytes] | int) -> subprocess.Popen:
+    """COMMAND in a session of its own, stdin from /dev/null. Its own session (and so its own
+    process group, whose id is its pid) keeps a terminal's signals (Ctrl-C, SIGHUP) to us, who
+    stop it in order, and lets the whole group — its DataLoader workers, torchrun's ranks — be
+    signalled with `signal_group`. OSError (not found, not executable) is the caller's to word."""
+    import subprocess
+
+    return subprocess.Popen(list(command), env=env, stdin=subprocess.DEVNULL, stdout=stdout,
+                            stderr=stderr, start_new_session=True)
+
+
+def signal_group(pgid: int, sig: int) -> None:
+    """os.killpg, quiet when the group is gone (or was never ours to signal)."""
+    try:
+        os.killpg(pgid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
 
 
 def exit_status(returncode: int) -> int:

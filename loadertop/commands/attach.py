@@ -15,10 +15,54 @@ from loadertop import discovery
 from loadertop._version import __version__
 from loadertop.attach import AttachError
 
+TYPE_CHECKING = False  # not typing's, as in the other commands
+if TYPE_CHECKING:
+    import argparse
+
 GOODBYE_TIMEOUT_S = 3.0  # the publisher notices a stop within REPORT_S (0.25 s)
 
 
-def main(args) -> int:
+def parser() -> argparse.ArgumentParser:
+    import argparse
+
+    from loadertop.attach import EXIT_CODES
+
+    codes = ", ".join(f"{code} {kind}" for kind, code in EXIT_CODES.items())
+    p = argparse.ArgumentParser(
+        prog="loadertop attach",
+        description="Instrument the DataLoaders of a running training process that was started "
+                    "without loadertop, from their next batch on (needs ptrace permission over "
+                    "PID, and gdb below Python 3.14); --detach undoes it. Watch it with "
+                    "`loadertop` or `loadertop snapshot`.",
+        epilog=f"exit codes: 0 done, 2 usage, {codes}")
+    p.add_argument("pid", type=int, metavar="PID")
+    p.add_argument("--detach", action="store_true",
+                   help="restore the original methods, say goodbye, stop the publisher thread")
+    p.add_argument("--listen", metavar="ENDPOINT", default=None, type=listen_endpoint,
+                   help="publish on ENDPOINT (tcp://HOST:PORT, HOST:PORT or PORT) instead of a "
+                        "private socket in the discovery directory")
+    p.add_argument("--timeout", type=float, default=10.0, metavar="S",
+                   help="how long the job's main thread may take to reach Python code (default 10)")
+    return p
+
+
+def listen_endpoint(text: str) -> str:
+    """--listen: the endpoint as the target's publisher will take it, or argparse's error."""
+    import argparse
+
+    from loadertop import endpoints
+
+    try:
+        return str(endpoints.parse_listen(text))
+    except endpoints.EndpointError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def main(argv: list[str]) -> int:
+    return run(parser().parse_args(argv))
+
+
+def run(args: argparse.Namespace) -> int:
     try:
         return _attach(args)
     except AttachError as exc:

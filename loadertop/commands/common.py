@@ -1,19 +1,29 @@
-"""What the viewer commands share: turning ENDPOINT arguments into a live Subscriber."""
+"""What the viewer commands share: the key options, turning ENDPOINT arguments into a live
+Subscriber, reading a recording, and the one-line error."""
 
 from __future__ import annotations
 
 import sys
 import time
 
-from loadertop import discovery
+from loadertop.commands import UsageError
+
+TYPE_CHECKING = False  # not typing's: `loadertop --help` builds its parser with this module
+if TYPE_CHECKING:
+    import argparse
 
 
-class UsageError(Exception):
-    """A user mistake with a one-line explanation; printed without a traceback."""
+def add_key_options(p: argparse.ArgumentParser) -> None:
+    """--key and --server-key: the viewer, snapshot, record and export watch over CurveZMQ alike."""
+    p.add_argument("--key", metavar="FILE", default=None,
+                   help="this viewer's secret key file (CurveZMQ), from `loadertop keys`")
+    p.add_argument("--server-key", metavar="FILE", default=None,
+                   help="the trainer's public key file (CurveZMQ)")
 
 
 def open_subscriber(endpoint_args: list[str], *, window_s: float = 3.0, key: str | None = None,
                     server_key: str | None = None, drop_vanished: bool = False):
+    from loadertop import discovery
     from loadertop.client.model import Model
     from loadertop.client.subscriber import Subscriber
     from loadertop.endpoints import EndpointError, resolve

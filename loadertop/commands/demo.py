@@ -30,6 +30,7 @@ from loadertop import environment
 from loadertop.commands.common import print_error
 from loadertop.commands.view import MIN_REFRESH_S
 from loadertop.examples import demo_train  # imports no torch: the job does, in its own process
+from loadertop.launch import signal_group, start_in_session
 
 JOB_MODULE = "loadertop.examples.demo_train"
 STOP_GRACE_S = 5.0  # SIGTERM, then this long for the job to stop its workers, then SIGKILL
@@ -38,7 +39,7 @@ STARTUP_TIMEOUT_S = 60.0  # --once: no data by then is an error (torch imports i
 STOPPED_CODES = (0, 128 + signal.SIGTERM, -signal.SIGTERM, -signal.SIGKILL)
 
 
-def parse_args(argv: list[str]) -> argparse.Namespace:
+def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="loadertop demo",
         description="Run a synthetic training job (CPU only, offline) whose input pipeline goes "
@@ -53,7 +54,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                         "is not a terminal)")
     p.add_argument("--seconds", type=float, default=None, metavar="S",
                    help="with --once: how long to watch once data flows (default: every phase once)")
-    return p.parse_args(argv)
+    return p
 
 
 class DemoJob:
@@ -82,8 +83,7 @@ class DemoJob:
         self._log = open(self.log_path, "wb")
         # Its output goes to a log (the screen is the viewer's); its own session keeps terminal
         # signals (Ctrl-C, SIGHUP) to us, who stop it in order, and lets us kill its workers too.
-        self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=self._log,
-                                     stderr=subprocess.STDOUT, env=env, start_new_session=True)
+        self.proc = start_in_session(cmd, env, stdout=self._log, stderr=subprocess.STDOUT)
 
     @property
     def pid(self) -> int | None:
@@ -145,16 +145,16 @@ class DemoJob:
 
 
 def _kill_group(pgid: int) -> None:
-    # The group's id is the job's pid (start_new_session); the kernel keeps that id from being
+    # The group's id is the job's pid (its own session); the kernel keeps that id from being
     # reused while any member of the group lives, and once none does this is ESRCH.
-    try:
-        os.killpg(pgid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
+    signal_group(pgid, signal.SIGKILL)
 
 
 def main(argv: list[str]) -> int:
-    args = parse_args(argv)
+    return run(parser().parse_args(argv))
+
+
+def run(args: argparse.Namespace) -> int:
     once = args.once or not sys.stdout.isatty()
     if not once and args.refresh < MIN_REFRESH_S:
         print_error(f"--refresh must be at least {MIN_REFRESH_S} s")

@@ -11,12 +11,40 @@ import signal
 import sys
 import threading
 
-from loadertop.commands.common import UsageError, open_subscriber, print_error
+from loadertop.commands import UsageError
+from loadertop.commands.common import add_key_options, open_subscriber, print_error
+
+TYPE_CHECKING = False  # not typing's, as in the other commands
+if TYPE_CHECKING:
+    import argparse
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
-def main(args) -> int:
+def parser() -> argparse.ArgumentParser:
+    import argparse
+
+    from loadertop.exporter import DEFAULT_LISTEN  # the package alone: no prometheus_client
+
+    p = argparse.ArgumentParser(
+        prog="loadertop export",
+        description="Serve every instrumented process found (or the ENDPOINTs given) as "
+                    "Prometheus metrics on http://HOST:PORT/metrics, until interrupted.")
+    p.add_argument("endpoints", nargs="*", metavar="ENDPOINT")
+    p.add_argument("--listen", default=DEFAULT_LISTEN, metavar="HOST:PORT",
+                   help=f"where to serve /metrics (default {DEFAULT_LISTEN}; *:PORT for every "
+                        "interface, which prints a warning; port 0: any free one)")
+    p.add_argument("--window", type=float, default=3.0, metavar="S",
+                   help="seconds of history behind the gauges (default 3)")
+    add_key_options(p)
+    return p
+
+
+def main(argv: list[str]) -> int:
+    return run(parser().parse_args(argv))
+
+
+def run(args: argparse.Namespace) -> int:
     try:
         from loadertop.exporter import server
     except ImportError as exc:  # prometheus_client is a dependency; a --no-deps install lacks it

@@ -20,7 +20,7 @@ def default_name() -> str:
     return name or "loadertop"
 
 
-def _parser() -> argparse.ArgumentParser:
+def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="loadertop keys",
         description="Create a CurveZMQ key pair (NAME.key public, NAME.key_secret private, mode "
@@ -34,7 +34,10 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str]) -> int:
-    args = _parser().parse_args(argv)
+    return run(parser().parse_args(argv))
+
+
+def run(args: argparse.Namespace) -> int:
     from loadertop import remote
 
     directory = Path(args.directory).expanduser() if args.directory else default_dir()

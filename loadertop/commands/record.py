@@ -8,13 +8,40 @@ import signal
 import sys
 import time
 
-from loadertop.commands.common import UsageError, open_subscriber, print_error
+from loadertop.commands import UsageError
+from loadertop.commands.common import add_key_options, open_subscriber, print_error
+
+TYPE_CHECKING = False  # not typing's, as in the other commands
+if TYPE_CHECKING:
+    import argparse
 
 POLL_S = 0.1  # the receive loop's longest wait: the writer flushes within FLUSH_S of it
 PROGRESS_S = 1.0
 # SIGINT too, explicitly: a recorder started in the background by a shell (`loadertop record &`)
 # inherits SIGINT ignored, and `kill -INT` should still stop it cleanly, with its end mark.
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+def parser() -> argparse.ArgumentParser:
+    import argparse
+
+    p = argparse.ArgumentParser(
+        prog="loadertop record",
+        description="Record every message a viewer receives (with its receive time) to FILE, "
+                    "until Ctrl-C, SIGTERM, --seconds or --max-size. Watch it later with "
+                    "`loadertop replay FILE`, `loadertop snapshot --from FILE` or `loadertop report FILE`.")
+    p.add_argument("endpoints", nargs="*", metavar="ENDPOINT")
+    p.add_argument("-o", "--output", metavar="FILE", default=None,
+                   help="where to write (default: loadertop-DATE-TIME.ltrec here); never overwritten")
+    p.add_argument("--seconds", type=float, default=None, metavar="S", help="stop after S seconds")
+    p.add_argument("--max-size", metavar="SIZE", default=None,
+                   help="stop before the file passes SIZE (bytes, or 500K, 200M, 2G)")
+    add_key_options(p)
+    return p
+
+
+def main(argv: list[str]) -> int:
+    return run(parser().parse_args(argv))
 
 
 def parse_size(text: str) -> int:
@@ -53,7 +80,7 @@ def size_text(n: int) -> str:
     return f"{n} B"
 
 
-def main(args) -> int:
+def run(args: argparse.Namespace) -> int:
     from loadertop.recording.file import default_name
 
     if args.seconds is not None and args.seconds <= 0:

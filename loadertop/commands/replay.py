@@ -9,8 +9,33 @@ from loadertop import environment
 from loadertop.commands.common import open_playback, print_error
 from loadertop.commands.view import MIN_REFRESH_S, run_until_exit
 
+TYPE_CHECKING = False  # not typing's, as in the other commands
+if TYPE_CHECKING:
+    import argparse
 
-def main(args) -> int:
+
+def parser() -> argparse.ArgumentParser:
+    import argparse
+
+    p = argparse.ArgumentParser(
+        prog="loadertop replay",
+        description="Play a recording in the live viewer: space pause, ←/→ seek 10 s (shift: 60 s), "
+                    "home/end, </> speed. The verdicts are today's loadertop's, from the recorded messages.")
+    p.add_argument("file", metavar="FILE")
+    p.add_argument("--speed", type=float, default=1.0, metavar="X", help="playback speed (default 1)")
+    p.add_argument("--refresh", type=float, default=1.0, metavar="S",
+                   help="seconds between screen refreshes (default 1)")
+    p.add_argument("--window", type=float, default=3.0, metavar="S",
+                   help="seconds of history behind each figure (default 3)")
+    p.add_argument("--no-color", action="store_true", help="no colours (also: NO_COLOR=1)")
+    return p
+
+
+def main(argv: list[str]) -> int:
+    return run(parser().parse_args(argv))
+
+
+def run(args: argparse.Namespace) -> int:
     if args.speed <= 0:
         print_error("--speed must be positive")
         return 2

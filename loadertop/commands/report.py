@@ -9,6 +9,29 @@ import time
 
 from loadertop.commands.common import open_playback, print_error
 
+TYPE_CHECKING = False  # not typing's, as in the other commands
+if TYPE_CHECKING:
+    import argparse
+
+
+def parser() -> argparse.ArgumentParser:
+    import argparse
+
+    p = argparse.ArgumentParser(
+        prog="loadertop report",
+        description="Write one self-contained HTML file (opens offline) with plots of a recording "
+                    "over time, its findings and its final summary: something to attach to a bug report.")
+    p.add_argument("file", metavar="FILE")
+    p.add_argument("-o", "--output", metavar="OUT.html", default=None,
+                   help="where to write (default: FILE with .html)")
+    p.add_argument("--window", type=float, default=3.0, metavar="S",
+                   help="seconds of history behind each plotted figure (default 3)")
+    return p
+
+
+def main(argv: list[str]) -> int:
+    return run(parser().parse_args(argv))
+
 
 def output_path(recording_path: str, output: str | None) -> str:
     """-o as given, or the recording's name with .html for its extension."""
@@ -18,7 +41,7 @@ def output_path(recording_path: str, output: str | None) -> str:
     return (root if ext != ".html" else recording_path) + ".html"
 
 
-def main(args) -> int:
+def run(args: argparse.Namespace) -> int:
     from loadertop.recording.plots import PlottingUnavailable, require_matplotlib
 
     if args.window <= 0:

@@ -22,6 +22,7 @@ import sys
 # subprocess cost ~14 ms of the ~40 it took here); the rest is imported where it is used, and the
 # job is started with os.posix_spawnp (see _start).
 from loadertop import environment
+from loadertop.commands import UsageError
 from loadertop.launch import BOOTSTRAP_DIR, child_env, exit_status  # noqa: F401  (run's names)
 
 # SIGUSR1/2: SLURM and Lightning use them to ask a job to checkpoint or requeue.
@@ -54,12 +55,12 @@ Names: a loader is named after the variable it is iterated from (train_loader), 
 loader1, ...; loaders wrapped with loadertop.instrument(...) keep their name and are counted once.
 """
 
-class UsageError(Exception):
-    pass
-
 
 def parse(argv: list[str]) -> tuple[dict, list[str]]:
-    """({listen, quiet, help}, command) — options stop at `--` or at the first non-option."""
+    """({listen, quiet, help}, command) — options stop at `--` or at the first non-option.
+
+    `run`'s parser, written by hand rather than with argparse: `run` starts before the job, and
+    its own start-up (argparse and gettext with it) would be added to every job's."""
     opts = {"listen": None, "quiet": False, "help": False}
     i = 0
     while i < len(argv):

@@ -6,7 +6,35 @@ import sys
 import time
 
 from loadertop.client.document import Document
-from loadertop.commands.common import UsageError, no_sources_message, open_subscriber, print_error, watch
+from loadertop.commands import UsageError
+from loadertop.commands.common import add_key_options, no_sources_message, open_subscriber, print_error, watch
+
+TYPE_CHECKING = False  # not typing's, as in the other commands
+if TYPE_CHECKING:
+    import argparse
+
+
+def parser() -> argparse.ArgumentParser:
+    import argparse
+
+    p = argparse.ArgumentParser(
+        prog="loadertop snapshot",
+        description="Watch for S seconds, print one report (or the JSON document) and exit.")
+    p.add_argument("endpoints", nargs="*", metavar="ENDPOINT")
+    p.add_argument("--json", action="store_true", help="print the loadertop.snapshot/1 document")
+    p.add_argument("--seconds", type=float, default=3.0, metavar="S",
+                   help="watch this long (default 3); with --from: the window before the point")
+    p.add_argument("--from", dest="from_file", metavar="FILE", default=None,
+                   help="read a recording (`loadertop record`) instead of live endpoints")
+    p.add_argument("--at", type=float, default=None, metavar="S",
+                   help="with --from: S seconds into the recording (negative: before its end; "
+                        "default: the end)")
+    add_key_options(p)
+    return p
+
+
+def main(argv: list[str]) -> int:
+    return run(parser().parse_args(argv))
 
 
 def take(endpoint_args: list[str], seconds: float, *, key=None,
@@ -53,7 +81,7 @@ def from_recording(path: str, at: float | None, window_s: float) -> tuple[Docume
     return playback.document_at(t), None
 
 
-def main(args) -> int:
+def run(args: argparse.Namespace) -> int:
     if args.seconds <= 0:
         print_error("--seconds must be positive")
         return 2

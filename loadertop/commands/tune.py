@@ -34,10 +34,6 @@ cannot start, 130 after Ctrl-C (what was measured is printed).
 """
 
 
-class UsageError(Exception):
-    pass
-
-
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="loadertop tune", usage="loadertop tune [OPTIONS] [--] COMMAND [ARG ...]",
@@ -91,7 +87,10 @@ def positive_float(text: str) -> float:
 
 
 def main(argv: list[str]) -> int:
-    args = parser().parse_args(argv)
+    return run(parser().parse_args(argv))
+
+
+def run(args: argparse.Namespace) -> int:
     command = list(args.command)
     if command and command[0] == "--":
         command = command[1:]

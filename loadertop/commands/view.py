@@ -1,13 +1,23 @@
-"""`loadertop [ENDPOINT ...]`: the live TUI, or one printed report when not on a terminal."""
+"""`loadertop [ENDPOINT ...]`: the live TUI, or one printed report when not on a terminal.
+
+The viewer is `loadertop` with no command, so its --help is the program's: it lists every command.
+"""
 
 from __future__ import annotations
 
 import signal
 import sys
-from collections.abc import Callable
 
-from loadertop import environment
-from loadertop.commands.common import UsageError, open_subscriber, print_error
+from loadertop._version import __version__
+from loadertop.commands import UsageError
+from loadertop.commands.common import add_key_options, open_subscriber, print_error
+
+# `loadertop --help` and `--version` import this module: what only the screen needs (the
+# environment's rules, typing) is imported where it is used.
+TYPE_CHECKING = False  # not typing's
+if TYPE_CHECKING:
+    import argparse
+    from collections.abc import Callable
 
 MIN_REFRESH_S = 0.05
 EXIT_SIGNALS = (signal.SIGTERM, signal.SIGHUP)  # leave the screen in order on these
@@ -15,8 +25,68 @@ EXIT_SIGNALS = (signal.SIGTERM, signal.SIGHUP)  # leave the screen in order on t
 
 RECORD_POLL_S = 0.5  # while recording, drain (and so flush) at least this often: "at most a second"
 
+DESCRIPTION = """\
+top for PyTorch input pipelines: live DataLoader wait times, queue, workers, the machine,
+and the bottleneck named.
 
-def main(args) -> int:
+commands:
+  loadertop [ENDPOINT ...]              the live viewer (default: every instrumented process found)
+  loadertop snapshot [--json] [--seconds S] [ENDPOINT ...]
+                                        watch S seconds, print one report and exit
+  loadertop snapshot --from FILE [--at S] [--json]
+                                        the report as it stood S seconds into a recording
+  loadertop record [-o FILE] [--seconds S] [--max-size SIZE] [ENDPOINT ...]
+                                        record what the viewer receives to FILE (Ctrl-C stops)
+  loadertop replay FILE                 a recording in the live viewer (space, arrows, < >)
+  loadertop report FILE [-o OUT.html]   a self-contained HTML report with plots of a recording
+  loadertop run [--] COMMAND ...        run COMMAND with every DataLoader instrumented
+  loadertop attach [--listen ENDPOINT] PID
+                                        instrument a running job started without loadertop
+  loadertop attach --detach PID         undo it
+  loadertop tune [--workers LIST | --max-workers N] [--trial-seconds S] [--json] [--] COMMAND ...
+                                        find the best num_workers for COMMAND by running it
+  loadertop export [--listen HOST:PORT] [ENDPOINT ...]
+                                        serve every source as Prometheus metrics (/metrics)
+  loadertop demo                        a synthetic training job with the viewer on it
+  loadertop keys [DIR]                  create a CurveZMQ key pair for remote viewing
+
+ENDPOINT: tcp://HOST:PORT, HOST:PORT, ipc://PATH, or the pid of an instrumented process.
+Instrument a loader with:  train = loadertop.instrument(DataLoader(...), name="train")
+"""
+
+
+def parser() -> argparse.ArgumentParser:
+    import argparse
+
+    p = argparse.ArgumentParser(
+        prog="loadertop", description=DESCRIPTION,
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--version", action="version", version=f"loadertop {__version__}")
+    p.add_argument("endpoints", nargs="*", metavar="ENDPOINT")
+    p.add_argument("--refresh", type=float, default=1.0, metavar="S",
+                   help="seconds between screen refreshes (default 1)")
+    p.add_argument("--window", type=float, default=3.0, metavar="S",
+                   help="seconds of history behind each figure (default 3)")
+    p.add_argument("--no-color", action="store_true", help="no colours (also: NO_COLOR=1)")
+    p.add_argument("--once", action="store_true",
+                   help="print one report instead of the live screen (also when not a terminal)")
+    p.add_argument("--seconds", type=float, default=3.0, metavar="S",
+                   help="with --once: how long to watch (default 3)")
+    p.add_argument("--record", metavar="FILE", default=None,
+                   help="also record what is received to FILE (as `loadertop record` does)")
+    p.add_argument("--max-size", metavar="SIZE", default=None,
+                   help="with --record: stop recording at this size (e.g. 500M)")
+    add_key_options(p)
+    return p
+
+
+def main(argv: list[str]) -> int:
+    return run(parser().parse_args(argv))
+
+
+def run(args: argparse.Namespace) -> int:
+    from loadertop import environment
+
     if args.max_size is not None and args.record is None:
         print_error("--max-size goes with --record FILE")
         return 2

@@ -4,8 +4,9 @@
 
 1. **Start** the program as `loadertop run` would (the same start-up hook, `launch.child_env`)
    with LOADERTOP_TUNE_NUM_WORKERS=N (every DataLoader built with N workers: `probe.override`), in
-   its own session (so that the whole process group, workers and torchrun ranks included, can be
-   ended), with a private LOADERTOP_DIR: each trial's processes are the only ones its viewer finds.
+   its own session (`launch.start_in_session`: the whole process group, workers and torchrun
+   ranks included, can be ended), with a private LOADERTOP_DIR: each trial's processes are the
+   only ones its viewer finds.
 2. **Subscribe** like `loadertop snapshot` does (a `Subscriber` over discovery feeding the viewer's
    `Model`, so a figure means what it means in the TUI), and wait for the first batch: no DataLoader
    within `start_s` is the program's problem, said as such.
@@ -37,6 +38,7 @@ from pathlib import Path
 
 from loadertop import diagnosis, environment
 from loadertop.client.document import Document, Source, SourceFigures, SystemFigures
+from loadertop.launch import child_env, signal_group, start_in_session
 from loadertop.tuning.document import TrialFigures, TrialReason
 
 POLL_S = 0.1  # the longest a poll of the subscriber waits for data (no fixed sleeps: it wakes on data)
@@ -80,8 +82,6 @@ class TrialOutcome:
 def trial_env(environ: Mapping[str, str], directory: Path, num_workers: int | None) -> dict:
     """`loadertop run`'s environment for the program, with this trial's private discovery
     directory and num_workers (None: the program's own setting)."""
-    from loadertop.launch import child_env
-
     env = child_env(environ, None)
     env[environment.LOADERTOP_DIR] = str(directory)
     # The trial's publisher binds its private ipc socket (a fixed tcp port from the user's
@@ -120,8 +120,7 @@ def start_program(command: Sequence[str], env: dict, directory: Path) -> subproc
     out = open(directory / "stdout", "wb")
     err = open(directory / "stderr", "wb")
     try:
-        return subprocess.Popen(list(command), env=env, stdin=subprocess.DEVNULL, stdout=out,
-                                stderr=err, start_new_session=True)
+        return start_in_session(command, env, stdout=out, stderr=err)
     except FileNotFoundError:
         raise CannotStart(f"command not found: {command[0]}") from None
     except PermissionError as exc:
@@ -151,10 +150,10 @@ def group_members(pgid: int) -> list[int]:
 def end_process_group(proc: subprocess.Popen, grace_s: float) -> None:
     """SIGTERM to the program's process group, SIGKILL to whatever is left after `grace_s`, then
     wait (a few seconds at most) until none of it runs. A second Ctrl-C skips the grace."""
-    pgid = proc.pid  # start_new_session: the program leads its own group
+    pgid = proc.pid  # start_in_session: the program leads its own group
     interrupted = False
     try:
-        _signal_group(pgid, signal.SIGTERM)
+        signal_group(pgid, signal.SIGTERM)
         deadline = time.monotonic() + grace_s
         while time.monotonic() < deadline:
             if proc.poll() is not None and not group_members(pgid):
@@ -163,24 +162,17 @@ def end_process_group(proc: subprocess.Popen, grace_s: float) -> None:
     except KeyboardInterrupt:
         interrupted = True  # straight to SIGKILL; the interrupt goes on once the group is gone
     finally:
-        _signal_group(pgid, signal.SIGKILL)
+        signal_group(pgid, signal.SIGKILL)
         try:
             proc.wait(10)
         except subprocess.TimeoutExpired:
             pass
         deadline = time.monotonic() + 5.0
         while group_members(pgid) and time.monotonic() < deadline:
-            _signal_group(pgid, signal.SIGKILL)
+            signal_group(pgid, signal.SIGKILL)
             time.sleep(0.05)
     if interrupted:
         raise KeyboardInterrupt
-
-
-def _signal_group(pgid: int, sig: int) -> None:
-    try:
-        os.killpg(pgid, sig)
-    except (ProcessLookupError, PermissionError):
-        pass
 
 
 def exit_text(returncode: int, stderr_tail: str) -> str:

@@ -52,7 +52,7 @@ def test_phase_seconds_argument():
 ])
 def test_the_command_and_the_job_refuse_the_same_arguments_alike(argv, capsys):
     errors = []
-    for parse in (demo.parse_args, demo_train.parse_args):
+    for parse in (demo.parser().parse_args, demo_train.parse_args):
         with pytest.raises(SystemExit) as info:
             parse(argv)
         assert info.value.code == 2
@@ -61,10 +61,10 @@ def test_the_command_and_the_job_refuse_the_same_arguments_alike(argv, capsys):
 
 
 def test_the_command_passes_its_phases_to_the_job():
-    args = demo.parse_args(["--phase-seconds", "2.25", "--phases", "saturated,io"])
+    args = demo.parser().parse_args(["--phase-seconds", "2.25", "--phases", "saturated,io"])
     job_args = demo_train.parse_args(phase_command_line(args.phase_seconds, args.phases))
     assert (job_args.phase_seconds, job_args.phases) == (2.25, _by_name("io", "saturated"))
-    defaults = demo.parse_args([])
+    defaults = demo.parser().parse_args([])
     assert (defaults.phase_seconds, defaults.phases) == (demo_train.DEFAULT_PHASE_SECONDS, PHASES)
 
 

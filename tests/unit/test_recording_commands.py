@@ -10,7 +10,7 @@ import msgspec
 import pytest
 
 from loadertop import cli, wire
-from loadertop.commands.common import UsageError
+from loadertop.commands import UsageError
 from loadertop.commands.record import parse_size
 from loadertop.recording.file import FORMAT_VERSION, MAGIC, RecordingWriter
 
