@@ -20,7 +20,7 @@ from typing import Final
 
 import msgspec
 
-from loadertop.client.document import SEVERITIES, Finding, SourceFigures, SystemFigures
+from loadertop.client.document import SEVERITIES, Finding, FindingKind, SourceFigures, SystemFigures
 from loadertop.findings import lifecycle, resources
 
 #: A finding whose condition no longer holds stays listed this long (CONTRACT §5: "and for a
@@ -43,6 +43,9 @@ def ordered(findings: Iterable[Finding]) -> tuple[Finding, ...]:
     return tuple(sorted(findings, key=lambda f: (SEVERITIES.index(f.severity), f.since)))
 
 
+_Key = tuple[FindingKind, str | None, int | None]  # a finding's identity: (kind, source, worker)
+
+
 class FindingTracker:
     """Gives each finding its `since` and keeps it listed `LINGER_S` after its condition ended.
 
@@ -53,7 +56,7 @@ class FindingTracker:
     def __init__(self, linger_s: float = LINGER_S) -> None:
         self.linger_s = linger_s
         # group key -> (kind, source, worker) -> (since, last seen, latest finding)
-        self._groups: dict[str, dict[tuple, tuple[float, float, Finding]]] = {}
+        self._groups: dict[str, dict[_Key, tuple[float, float, Finding]]] = {}
 
     def update(self, group: str, found: Sequence[Finding], now: float) -> tuple[Finding, ...]:
         entries = self._groups.setdefault(group, {})

@@ -5,11 +5,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from loadertop.client.document import Finding, FindingKind, Severity, StackFigures
-from loadertop.diagnosis import _bytes as fmt_bytes  # one wording everywhere
-from loadertop.diagnosis import _ms as fmt_ms
-from loadertop.diagnosis import _pct as fmt_pct
 
-__all__ = ["MAX_STACK_FRAMES", "finding", "fmt_bytes", "fmt_ms", "fmt_pct"]
+__all__ = ["MAX_STACK_FRAMES", "finding"]
 
 MAX_STACK_FRAMES = 64  # frames a finding quotes (the innermost ones)
 

@@ -9,8 +9,9 @@ from typing import Final
 
 from loadertop import diagnosis
 from loadertop.client.document import Finding, SourceFigures, StackFigures, SystemFigures, WorkerFigures
+from loadertop.client.units import say_fraction, say_ms
 from loadertop.diagnosis import short_frame, user_frame
-from loadertop.findings._common import finding, fmt_ms
+from loadertop.findings._common import finding
 
 # worker_hung: a worker inside one batch this long, and this many times its own recent p99 per
 # batch; a worker with no batch in the window (it is stuck, after all) is judged by the floor
@@ -63,11 +64,11 @@ def worker_hung(source: SourceFigures) -> list[Finding]:
         if w.busy_ms < threshold:
             continue
         where = _where(w.stack)
-        summary = f"worker {w.id} has been inside one batch for {fmt_ms(w.busy_ms)}"
+        summary = f"worker {w.id} has been inside one batch for {say_ms(w.busy_ms)}"
         summary += f", at {where}" if where else ""
-        evidence = [f"inside one batch for {fmt_ms(w.busy_ms)} (threshold {fmt_ms(threshold)})"]
+        evidence = [f"inside one batch for {say_ms(w.busy_ms)} (threshold {say_ms(threshold)})"]
         if w.fetch_ms is not None:
-            evidence.append(f"its recent batches took {fmt_ms(w.fetch_ms.p50)} (p50)")
+            evidence.append(f"its recent batches took {say_ms(w.fetch_ms.p50)} (p50)")
         if w.stack is None:
             evidence.append("no stack: the worker's watchdog file could not be read")
         advice = ["the stack shows where it is: a lock, a network read or a C call that never "
@@ -90,14 +91,14 @@ def loop_hung(source: SourceFigures) -> list[Finding]:
     if blocked < threshold:
         return []
     where = _where(source.loop_stack)
-    summary = f"the training loop has been blocked in next() for {fmt_ms(blocked)}"
+    summary = f"the training loop has been blocked in next() for {say_ms(blocked)}"
     summary += f", at {where}" if where else ""
-    evidence = [f"blocked in next() for {fmt_ms(blocked)} (threshold {fmt_ms(threshold)})"]
+    evidence = [f"blocked in next() for {say_ms(blocked)} (threshold {say_ms(threshold)})"]
     busy = [w for w in source.workers if w.busy_ms is not None and w.alive is not False]
     if source.config.num_workers:
         if busy:
             evidence.append("workers inside a batch: " + ", ".join(
-                f"{w.id} for {fmt_ms(w.busy_ms or 0.0)}" for w in busy[:8]))
+                f"{w.id} for {say_ms(w.busy_ms or 0.0)}" for w in busy[:8]))
         elif source.queue.ready:
             evidence.append(f"{source.queue.ready} batches ready: the main process itself is "
                             "stuck (receiving, unpickling, pin_memory)")
@@ -159,7 +160,7 @@ def worker_died(source: SourceFigures) -> list[Finding]:
 
 def _death(source: SourceFigures, wid: int | None, pid: int | None, code: int | None,
            error: str | None) -> Finding:
-    how = diagnosis._describe_exit(code)
+    how = diagnosis.describe_exit(code)
     who = f"worker {wid}" if wid is not None else "a worker"
     summary = f"{who} (pid {pid if pid is not None else '?'}) died: {how}"
     if code == -signal.SIGKILL:
@@ -170,7 +171,7 @@ def _death(source: SourceFigures, wid: int | None, pid: int | None, code: int | 
     if error:
         evidence.append(f"the loop ended: {error[:500]}")
     return finding("worker_died", "critical", source.id, wid, summary, evidence,
-                   diagnosis._exit_advice(code, pid))
+                   diagnosis.exit_advice(code, pid))
 
 
 def slow_worker(source: SourceFigures) -> list[Finding]:
@@ -179,7 +180,7 @@ def slow_worker(source: SourceFigures) -> list[Finding]:
         return []
     w = slow.worker
     evidence = [diagnosis.slow_worker_line(slow),
-                f"the loop waits {diagnosis._pct(source.wait_fraction or 0.0)} of the time "
+                f"the loop waits {say_fraction(source.wait_fraction or 0.0)} of the time "
                 "(in-order delivery: every round waits for the slowest worker)"]
     ratio = diagnosis.slow_ratio_text(slow).replace("far more than", "far")
     return [finding("slow_worker", "warning", source.id, w.id,
@@ -216,9 +217,9 @@ def epoch_start_slow(source: SourceFigures) -> list[Finding]:
     if len(recent) < EPOCH_START_EPOCHS or min(recent) < EPOCH_START_SLOW_MS:
         return []
     config = source.config
-    shown = ", ".join(fmt_ms(v) for v in source.epoch_starts_ms[-4:])
+    shown = ", ".join(say_ms(v) for v in source.epoch_starts_ms[-4:])
     evidence = [f"first batch of the last {len(source.epoch_starts_ms[-4:])} epochs: {shown} "
-                f"(threshold {fmt_ms(EPOCH_START_SLOW_MS)} in each of the last "
+                f"(threshold {say_ms(EPOCH_START_SLOW_MS)} in each of the last "
                 f"{EPOCH_START_EPOCHS})"]
     advice = []
     if config.num_workers and not config.persistent_workers:
@@ -232,4 +233,4 @@ def epoch_start_slow(source: SourceFigures) -> list[Finding]:
     advice.append("open files / build indexes lazily in the worker, not in the dataset's "
                   "__init__ or worker_init_fn, and cache what the next epoch needs again")
     return [finding("epoch_start_slow", "info", source.id, None,
-                    f"each epoch's first batch takes {fmt_ms(recent[-1])}", evidence, advice)]
+                    f"each epoch's first batch takes {say_ms(recent[-1])}", evidence, advice)]

@@ -20,7 +20,8 @@ from loadertop.client.document import (
     SystemFigures,
     WorkerFigures,
 )
-from loadertop.findings._common import finding, fmt_bytes, fmt_pct
+from loadertop.client.units import say_bytes, say_fraction
+from loadertop.findings._common import finding
 
 _MIB: Final = 1024 * 1024
 
@@ -116,15 +117,15 @@ def copies_on_read(w: WorkerFigures) -> bool:
 
 
 def _trend_words(trend: MemoryTrend) -> str:
-    return (f"{fmt_bytes(trend.first_bytes)} → {fmt_bytes(trend.last_bytes)} over "
+    return (f"{say_bytes(trend.first_bytes)} → {say_bytes(trend.last_bytes)} over "
             f"{trend.over_s:.0f} s ({_rate(trend.slope_bytes_per_s)}, "
-            f"rising in {fmt_pct(trend.rising_share)} of {trend.samples} readings)")
+            f"rising in {say_fraction(trend.rising_share)} of {trend.samples} readings)")
 
 
 def _rate(bytes_per_s: float) -> str:
     sign = "-" if bytes_per_s < 0 else "+"
     per_min = abs(bytes_per_s) * 60
-    return f"{sign}{fmt_bytes(per_min)}/min"
+    return f"{sign}{say_bytes(per_min)}/min"
 
 
 def _names(ids: list[int]) -> str:
@@ -145,11 +146,11 @@ def copy_on_read(source: SourceFigures, workers: list[WorkerFigures]) -> Finding
         assert w.uss_trend is not None and w.rss_trend is not None
         evidence.append(f"worker {w.id} USS {_trend_words(w.uss_trend)}; RSS "
                         f"{_rate(w.rss_trend.slope_bytes_per_s)} (threshold: USS +"
-                        f"{fmt_bytes(COW_MIN_GROWTH_BYTES)}, RSS at most "
-                        f"{fmt_pct(COW_RSS_SHARE_MAX)} of that)")
+                        f"{say_bytes(COW_MIN_GROWTH_BYTES)}, RSS at most "
+                        f"{say_fraction(COW_RSS_SHARE_MAX)} of that)")
     private = sum(w.uss_bytes or 0 for w in hit)
     if private:
-        evidence.append(f"private memory of these workers now {fmt_bytes(private)} "
+        evidence.append(f"private memory of these workers now {say_bytes(private)} "
                         f"(each may end up with a whole copy of what it reads)")
     summary = (f"{_names(ids)}: private memory (USS) grows steadily while RSS stays flat — "
                "reading Python objects copies them into every worker (copy-on-read)")
@@ -180,8 +181,8 @@ def memory_growth(source: SourceFigures, process: ProcessFigures,
     if not main and not hit:
         return None
     ids = [w.id for w in hit]
-    threshold = (f"(threshold: steadily over {GROWTH_MIN_S:.0f} s, +{fmt_bytes(GROWTH_MIN_BYTES)}"
-                 f" and +{fmt_pct(GROWTH_MIN_SHARE)})")
+    threshold = (f"(threshold: steadily over {GROWTH_MIN_S:.0f} s, +{say_bytes(GROWTH_MIN_BYTES)}"
+                 f" and +{say_fraction(GROWTH_MIN_SHARE)})")
     evidence = []
     who = []
     if main:
@@ -223,10 +224,10 @@ def fd_low(source: SourceFigures, process: ProcessFigures,
     if main:
         who.append("the training process")
         evidence.append(f"training process: fds {process.fds} of limit {limit} "
-                        f"(threshold {fmt_pct(FD_USED_SHARE)})")
+                        f"(threshold {say_fraction(FD_USED_SHARE)})")
     for w in hit:
         evidence.append(f"worker {w.id}: fds {w.fds} of limit {limit}, the training process's "
-                        f"(threshold {fmt_pct(FD_USED_SHARE)})")
+                        f"(threshold {say_fraction(FD_USED_SHARE)})")
     ids = [w.id for w in hit]
     if hit:
         who.append(_names(ids))
@@ -294,12 +295,12 @@ def shm_low(system: SystemFigures) -> Finding | None:
     share = free / shm.total_bytes
     if share >= SHM_FREE_MIN_SHARE and free >= SHM_FREE_MIN_BYTES:
         return None
-    summary = (f"{shm.path} is nearly full: {fmt_bytes(free)} free of "
-               f"{fmt_bytes(shm.total_bytes)} (workers hand batches over through it; full, "
+    summary = (f"{shm.path} is nearly full: {say_bytes(free)} free of "
+               f"{say_bytes(shm.total_bytes)} (workers hand batches over through it; full, "
                "they die of SIGBUS)")
-    evidence = [f"{shm.path}: {fmt_bytes(free)} free of {fmt_bytes(shm.total_bytes)}, "
-                f"{fmt_pct(share)} (threshold: {fmt_pct(SHM_FREE_MIN_SHARE)} or "
-                f"{fmt_bytes(SHM_FREE_MIN_BYTES)})"]
+    evidence = [f"{shm.path}: {say_bytes(free)} free of {say_bytes(shm.total_bytes)}, "
+                f"{say_fraction(share)} (threshold: {say_fraction(SHM_FREE_MIN_SHARE)} or "
+                f"{say_bytes(SHM_FREE_MIN_BYTES)})"]
     advice = [
         "in Docker, a bigger --shm-size (the default is 64 MiB), e.g. docker run --shm-size=8g "
         "(or --ipc=host); in Kubernetes an emptyDir with medium: Memory mounted at /dev/shm",
