@@ -48,6 +48,7 @@ from loadertop.client.document import (
     WaitSplit,
     WorkerFigures,
 )
+from loadertop.client.hysteresis import VerdictStabilizer
 from loadertop.client.resources import ResourceHistory
 from loadertop.client.settings import SettingHistory
 
@@ -273,7 +274,7 @@ class Model:
         self.received = 0
         self.endpoints: dict[str, float | None] = {}  # endpoint -> last time it delivered
         self.discovery_dir: str | None = None
-        self.stabilizer = diagnosis.VerdictStabilizer()
+        self.stabilizer = VerdictStabilizer()
         self.findings = findings.FindingTracker()
         self._document: Document | None = None
 

@@ -1,4 +1,12 @@
-"""Readable units for figures (KiB/MiB/GiB, ms, %, /s), shared by the TUI and the text report.
+"""Readable units for figures (KiB/MiB/GiB, ms, %, /s): the one module for every number's wording.
+
+Two registers, told apart by their names:
+
+* ``fmt_*``: a figure in a table cell (the TUI, the text report), unknown (None) shown as
+  `MISSING`; ``fmt_pct`` takes a percentage, ``fmt_frac_pct`` a fraction;
+* ``say_*``: a figure inside a sentence (the diagnosis' evidence and advice, the findings, tune's
+  recommendation): its unit written out and as few digits as it needs; ``say_percent`` takes a
+  percentage, ``say_fraction`` a fraction (both read "12 %").
 
 Plain strings only (no textual/rich), so `loadertop snapshot` can use them without loading the UI.
 """
@@ -6,6 +14,7 @@ Plain strings only (no textual/rich), so `loadertop snapshot` can use them witho
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 
 MISSING = "–"  # a figure that is unknown (None) is shown as this, never as 0
 
@@ -90,3 +99,71 @@ def fmt_duration(seconds: float | None) -> str:
 
 def fmt_float(value: float | None, decimals: int = 2) -> str:
     return MISSING if value is None else f"{value:.{decimals}f}"
+
+
+# --------------------------------------------------------------------------- in sentences
+
+_GIB = 1024.0**3
+_MIB = 1024.0**2
+_KIB = 1024.0
+
+
+def say_number(value: float) -> str:
+    """"12", "1.5", "3": whole above 10, else one decimal (dropped when it is 0)."""
+    if abs(value) >= 10:
+        return f"{value:.0f}"
+    text = f"{value:.1f}"
+    return text[:-2] if text.endswith(".0") else text
+
+
+def say_fraction(fraction: float) -> str:
+    """A fraction (0.12) as a percentage: "12 %"."""
+    return f"{say_number(fraction * 100.0)} %"
+
+
+def say_percent(percent: float) -> str:
+    """A percentage (12.0) as itself: "12 %"."""
+    return f"{say_number(percent)} %"
+
+
+def say_fraction_range(fractions: Sequence[float]) -> str:
+    """"3 %", or "2–4 %" from the lowest fraction to the highest."""
+    low, high = say_number(min(fractions) * 100.0), say_number(max(fractions) * 100.0)
+    return f"{low} %" if low == high else f"{low}–{high} %"
+
+
+def say_ms(value: float) -> str:
+    """Milliseconds: "0.45 ms", "1.5 ms", "12 ms", "2.5 s"."""
+    if value >= 1000:
+        return f"{value / 1000:.1f} s"
+    if value >= 10:
+        return f"{value:.0f} ms"
+    if value >= 1:
+        return f"{value:.1f} ms"
+    return f"{value:.2f} ms"
+
+
+def say_bytes(value: float) -> str:
+    """"3.1 GiB", "512 MiB", "12 KiB", "100 B"."""
+    for unit, size in (("GiB", _GIB), ("MiB", _MIB), ("KiB", _KIB)):
+        if value >= size:
+            return f"{say_number(value / size)} {unit}"
+    return f"{value:.0f} B"
+
+
+def say_cores(value: float) -> str:
+    """"1 core", "1.5 cores"."""
+    text = say_number(value)
+    return f"{text} core" + ("" if text == "1" else "s")
+
+
+def say_core_share(value: float) -> str:
+    """A fraction of a core with the digits it needs: 0.06, 0.9, 1.9, 12."""
+    if value < 1:
+        return f"{value:.2f}".rstrip("0").rstrip(".") or "0"
+    return say_number(value)
+
+
+def say_workers(count: int) -> str:
+    """"1 worker", "0 workers", "3 workers"."""
+    return f"{count} worker" + ("" if count == 1 else "s")

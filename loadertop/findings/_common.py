@@ -1,15 +1,20 @@
-"""What the detectors share: building a `Finding`, and the figures' wording."""
+"""What the detectors share: building a `Finding`, which sources and workers are judged, and the
+wording of where a stack stands and who is concerned."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Final
 
-from loadertop.client.document import Finding, FindingKind, Severity, StackFigures
-from loadertop.diagnosis import _bytes as fmt_bytes  # one wording everywhere
-from loadertop.diagnosis import _ms as fmt_ms
-from loadertop.diagnosis import _pct as fmt_pct
-
-__all__ = ["MAX_STACK_FRAMES", "finding", "fmt_bytes", "fmt_ms", "fmt_pct"]
+from loadertop import diagnosis
+from loadertop.client.document import (
+    Finding,
+    FindingKind,
+    Severity,
+    SourceFigures,
+    StackFigures,
+    WorkerFigures,
+)
 
 MAX_STACK_FRAMES = 64  # frames a finding quotes (the innermost ones)
 
@@ -28,3 +33,38 @@ def finding(kind: FindingKind, severity: Severity, source: str | None, worker: i
     return Finding(kind=kind, severity=severity, source=source, worker=worker, since=0.0,
                    summary=summary, evidence=tuple(evidence), advice=tuple(advice),
                    stack=frames, user_frame=user)
+
+
+#: The states in which a hang is judged (the loop's and a worker's timing).
+LIVE_STATES: Final = ("running", "waiting", "stalled")
+#: The states in which the probe's slow readings are judged (memory trends, fds, threads).
+_READINGS_STATES: Final = ("running", "waiting", "stalled", "idle")
+#: Readings older than this are not judged (the probe stopped sending them: no viewer, or ended).
+READINGS_STALE_S: Final = 30.0
+
+
+def resource_workers(source: SourceFigures) -> list[WorkerFigures] | None:
+    """The workers whose slow readings are judged (alive, pid known), or None when the source's
+    readings are not judged at all: the loop finished or gone, or the readings stale."""
+    if source.state not in _READINGS_STATES:
+        return None
+    age = source.process.age_s
+    if age is None or age > READINGS_STALE_S:
+        return None
+    return [w for w in source.workers if w.alive is not False and w.pid is not None]
+
+
+def where_in(stack: StackFigures | None) -> str | None:
+    """"data.py:42 in load": the innermost frame of the user's own code in ``stack``."""
+    frame = diagnosis.user_frame(stack) if stack is not None else None
+    return diagnosis.short_frame(frame) if frame is not None else None
+
+
+def names(ids: list[int]) -> str:
+    """"worker 3", "workers 1, 2"."""
+    return ("worker " if len(ids) == 1 else "workers ") + ", ".join(str(i) for i in ids)
+
+
+def one(ids: list[int]) -> int | None:
+    """The worker a finding is about when exactly one is concerned."""
+    return ids[0] if len(ids) == 1 else None

@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from loadertop.client.units import fmt_bytes
+from loadertop.client.units import say_workers as workers
 from loadertop.tuning.document import BestFigures, TrialFigures, UnsafeFigures
 from loadertop.tuning.strategy import (
     GAIN_MIN,
@@ -25,11 +26,6 @@ from loadertop.tuning.strategy import (
     relative_gain,
     usable,
 )
-
-
-def workers(count: int) -> str:
-    """"1 worker", "0 workers", "3 workers"."""
-    return f"{count} worker" if count == 1 else f"{count} workers"
 
 
 def counts_of_workers(counts: Sequence[int]) -> str:

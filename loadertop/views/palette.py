@@ -26,18 +26,12 @@ class CategoryStyle(NamedTuple):
     level: str  # the banner's CSS class suffix: ok / warn / bad / none
 
 
-#: Each diagnosis category (CONTRACT §4) as the screen names and colours it; keyed by the
-#: diagnosis' own constants (a test checks the key set is `diagnosis.CATEGORIES`).
+#: Each diagnosis category (docs/contract.md §4) as the screen names and colours it: its words and
+#: colour live in its own module (`loadertop.diagnosis.categories`), collected here in the
+#: contract's order (a test checks the key set is `diagnosis.CATEGORIES`).
 CATEGORY_STYLES: dict[Category, CategoryStyle] = {
-    diagnosis.COMPUTE_BOUND: CategoryStyle("Healthy: compute-bound", OK, "ok"),
-    diagnosis.INPUT_BOUND_IO: CategoryStyle("Input-bound: waiting on I/O", WARN, "warn"),
-    diagnosis.INPUT_BOUND_CPU: CategoryStyle("Input-bound: workers CPU-limited", WARN, "warn"),
-    diagnosis.MAIN_PROCESS_BOUND: CategoryStyle("Main-process-bound", ORANGE, "warn"),
-    diagnosis.CPU_SATURATED: CategoryStyle("CPU saturated", BAD, "bad"),
-    diagnosis.MEMORY_PRESSURE: CategoryStyle("Memory pressure", BAD, "bad"),
-    diagnosis.STALLED: CategoryStyle("Stalled", BAD, "bad"),
-    diagnosis.IDLE: CategoryStyle("Idle", DIM, "none"),
-    diagnosis.INSUFFICIENT_DATA: CategoryStyle("Gathering data", DIM, "none"),
+    c.CATEGORY: CategoryStyle(c.WORDS, c.COLOUR, c.LEVEL)
+    for c in sorted(diagnosis.LADDER, key=lambda c: diagnosis.CATEGORIES.index(c.CATEGORY))
 }
 NO_DIAGNOSIS = CategoryStyle("No diagnosis yet", DIM, "none")
 

@@ -21,7 +21,7 @@ import pytest
 
 from loadertop import environment
 from loadertop.client import resources as vr
-from loadertop.findings import resources as fr
+from loadertop.findings import _trends, copy_on_read, threads_oversubscribed
 
 from conftest import (
     START_TIMEOUT_S,
@@ -172,11 +172,11 @@ def test_copy_on_read_from_a_list_of_python_strings(jobs):
     for w in src["workers"]:
         uss, rss = w["uss_trend"], w["rss_trend"]
         assert uss is not None and rss is not None, w
-        assert uss["samples"] >= fr.TREND_MIN_SAMPLES, uss
+        assert uss["samples"] >= _trends.TREND_MIN_SAMPLES, uss
         growth = uss["slope_bytes_per_s"] * uss["over_s"]
         grown.append(growth)
-        assert rss["slope_bytes_per_s"] * rss["over_s"] <= fr.COW_RSS_SHARE_MAX * growth, w
-    assert max(grown) >= fr.COW_MIN_GROWTH_BYTES, grown
+        assert rss["slope_bytes_per_s"] * rss["over_s"] <= copy_on_read.COW_RSS_SHARE_MAX * growth, w
+    assert max(grown) >= copy_on_read.COW_MIN_GROWTH_BYTES, grown
     # the warm-up: the first readings and the first half of the watch are not in the trend
     trend = src["workers"][0]["uss_trend"]
     assert trend["over_s"] <= COW_SNAPSHOT_S * (1 - vr.WARMUP_SHARE) + 1, trend
@@ -198,7 +198,8 @@ def test_fd_low_under_a_lowered_rlimit(jobs):
 def test_threads_oversubscribed_by_an_openmp_pool_per_worker(jobs):
     doc, src = _source(jobs, "threads")
     f = _one(src["findings"], "threads_oversubscribed")
-    assert all(w["threads"] > fr.WORKER_OWN_THREADS + fr.POOL_MIN_THREADS
+    pool_from = threads_oversubscribed.WORKER_OWN_THREADS + threads_oversubscribed.POOL_MIN_THREADS
+    assert all(w["threads"] > pool_from
                for w in src["workers"]), src["workers"]
     assert "cv2.setNumThreads(0)" in f["advice"][0]
     assert [x["kind"] for x in _ours(doc["findings"])] == ["threads_oversubscribed"]

@@ -23,7 +23,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from loadertop import diagnosis as d
-from loadertop.client import document
+from loadertop.client import document, units
 from loadertop.client.document import (
     Category,
     CgroupFigures,
@@ -39,7 +39,8 @@ from loadertop.client.document import (
     Verdict,
     WorkerFigures,
 )
-from loadertop.diagnosis import VerdictStabilizer, diagnose, overall, stall_threshold_ms
+from loadertop.client.hysteresis import VerdictStabilizer
+from loadertop.diagnosis import diagnose, overall, stall_threshold_ms
 
 GIB = 1024**3
 MIB = 1024**2
@@ -221,16 +222,26 @@ def test_category_constants_are_the_documents_category_type():
 
 
 def test_module_imports_only_the_stdlib_and_the_document():
-    tree = ast.parse(Path(d.__file__).read_text())
+    # every module of the package: the standard library, the document's types, the units' wording
+    # and the package's own modules, nothing else
+    package = Path(d.__file__).parent
+    for path in sorted(package.rglob("*.py")):
+        tree = ast.parse(path.read_text())
+        modules = {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+        modules |= {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
+        assert all(isinstance(n, ast.ImportFrom) and n.level == 0 for n in ast.walk(tree)
+                   if isinstance(n, ast.ImportFrom)), path
+        ours = {m for m in modules if m.split(".")[0] == "loadertop"}
+        assert ours - {"loadertop.client.document", "loadertop.client.units"} == {
+            m for m in ours if m == "loadertop.diagnosis" or m.startswith("loadertop.diagnosis.")}, path
+        others = {m.split(".")[0] for m in modules - ours}
+        assert others <= set(sys.stdlib_module_names), (path, others - set(sys.stdlib_module_names))
+        assert not others & {"torch", "textual", "zmq", "psutil", "msgspec", "numpy", "rich"}, path
+    # the units' wording is as pure: the standard library only
+    tree = ast.parse(Path(units.__file__).read_text())
     modules = {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
     modules |= {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
-    assert all(isinstance(n, ast.ImportFrom) and n.level == 0 for n in ast.walk(tree)
-               if isinstance(n, ast.ImportFrom))
-    ours = {m for m in modules if m.split(".")[0] == "loadertop"}
-    assert ours == {"loadertop.client.document"}
-    others = {m.split(".")[0] for m in modules - ours}
-    assert others <= set(sys.stdlib_module_names), others - set(sys.stdlib_module_names)
-    assert not others & {"torch", "textual", "zmq", "psutil", "msgspec", "numpy", "rich"}
+    assert {m.split(".")[0] for m in modules} <= set(sys.stdlib_module_names)
 
 
 def test_thresholds_table_in_docs_matches_the_module():
@@ -261,16 +272,17 @@ def test_readme_banner_reads_as_diagnose_says():
 
 
 def test_formatting_is_human_readable():
-    assert d._pct(0.62) == "62 %"
-    assert d._pct(0.075) == "7.5 %"
-    assert d._pct(0.10) == "10 %"
-    assert d._ms(0.45) == "0.45 ms"
-    assert d._ms(12.34) == "12 ms"
-    assert d._ms(2500) == "2.5 s"
-    assert d._bytes(3.1 * GIB) == "3.1 GiB"
-    assert d._bytes(512 * MIB) == "512 MiB"
-    assert d._workers(1) == "1 worker" and d._workers(2) == "2 workers"
-    assert d._cores(1.0) == "1 core" and d._cores(2.0) == "2 cores" and d._cores(1.5) == "1.5 cores"
+    assert units.say_fraction(0.62) == "62 %"
+    assert units.say_fraction(0.075) == "7.5 %"
+    assert units.say_fraction(0.10) == "10 %"
+    assert units.say_ms(0.45) == "0.45 ms"
+    assert units.say_ms(12.34) == "12 ms"
+    assert units.say_ms(2500) == "2.5 s"
+    assert units.say_bytes(3.1 * GIB) == "3.1 GiB"
+    assert units.say_bytes(512 * MIB) == "512 MiB"
+    assert units.say_workers(1) == "1 worker" and units.say_workers(2) == "2 workers"
+    assert units.say_cores(1.0) == "1 core" and units.say_cores(2.0) == "2 cores"
+    assert units.say_cores(1.5) == "1.5 cores"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -494,7 +506,7 @@ def test_memory_evidence_names_the_margin_only_when_it_decided(fraction, previou
     v = diagnose(make_source(), make_system(**memory(fraction)), previous)
     assert v.category == "memory_pressure"
     line = next(e for e in v.evidence if e.startswith("memory available"))
-    assert line.startswith(f"memory available {d._pct(fraction)} (")
+    assert line.startswith(f"memory available {units.say_fraction(fraction)} (")
     assert line.endswith(f"; {threshold}")
 
 
@@ -566,7 +578,7 @@ def test_ready_when_waiting_boundary_and_margin(rww, previous, expected):
 def test_ready_when_waiting_evidence_names_the_margin_only_when_it_decided(rww, previous, threshold):
     v = diagnose(input_bound(queue={"ready_when_waiting": rww}), make_system(), previous)
     assert v.category == "main_process_bound"
-    assert (f"a batch was ready in {d._pct(rww)} of the samples while the loop waited {threshold}"
+    assert (f"a batch was ready in {units.say_fraction(rww)} of the samples while the loop waited {threshold}"
             in v.evidence)
 
 
@@ -1574,14 +1586,25 @@ def test_stabilizer_with_margins_on_a_steady_noisy_workload():
 
 def test_finding_thresholds_in_docs_match_the_module():
     from loadertop import findings
-    from loadertop.findings import lifecycle
+    from loadertop.findings import (
+        duplicate_rng,
+        epoch_start_slow,
+        loop_hung,
+        slow_worker,
+        worker_died,
+        worker_hung,
+    )
 
     doc = (Path(__file__).resolve().parents[2] / "docs" / "thresholds.md").read_text()
-    rows = dict(re.findall(r"^\| `([A-Z_]+)` \((?:lifecycle|`findings/__init__.py`)\) \| `([^`]+)` \|",
-                           doc, flags=re.M))
-    numeric = {name for name, value in vars(lifecycle).items()
+    tagged = re.findall(r"^\| `([A-Z_]+)` \(`findings/(\w+)\.py`\) \| `([^`]+)` \|", doc, flags=re.M)
+    rows = {name: value for name, module, value in tagged if module != "_trends"}  # the timing kinds'
+
+    # the kinds read from the loop's and the workers' timing
+    timing = {name: value for kind in (worker_hung, loop_hung, worker_died, slow_worker, duplicate_rng,
+                                       epoch_start_slow) for name, value in vars(kind).items()}
+    numeric = {name for name, value in timing.items()
                if name.isupper() and not name.startswith("_") and isinstance(value, (int, float))
                and name not in vars(d)}
     assert set(rows) == numeric | {"LINGER_S"}
     for name, value in rows.items():
-        assert ast.literal_eval(value) == getattr(lifecycle, name, getattr(findings, name, None)), name
+        assert ast.literal_eval(value) == timing.get(name, getattr(findings, name, None)), name

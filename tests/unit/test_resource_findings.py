@@ -13,13 +13,22 @@ import msgspec
 import pytest
 from test_diagnosis import make_source, make_system, worker
 
-from loadertop import environment, wire
+from loadertop import environment, findings, wire
 from loadertop.client import resources as vr
 from loadertop.client.document import MemoryTrend, ShmFigures, SourceFigures, WorkerFigures
 from loadertop.client.resources import ResourceHistory, memory_trend
-from loadertop.findings import resources as fr
+from loadertop.findings import _common, _trends, copy_on_read, fd_low, memory_growth, threads_oversubscribed
 from loadertop.probe import resources as pr
 from loadertop.system.host import shm_figures
+
+#: The kinds read from the probe's slow readings (memory trends, file descriptors, threads).
+RESOURCE_KINDS = (copy_on_read, memory_growth, fd_low, threads_oversubscribed)
+
+
+def detect_resources(source, system):
+    """What the slow readings of one source show (the other kinds are their own tests')."""
+    return [found for kind in RESOURCE_KINDS for found in kind.detect(source, system)]
+
 
 MIB = 1024 * 1024
 GIB = 1024 * MIB
@@ -75,25 +84,25 @@ def assert_readable(f) -> None:
 # ---------------------------------------------------------------------------------------------
 
 def test_a_healthy_source_has_no_resource_finding():
-    assert fr.detect(source(), make_system()) == []
+    assert detect_resources(source(), make_system()) == []
     shm = ShmFigures(path="/dev/shm", total_bytes=8 * GIB, free_bytes=8 * GIB)
-    assert fr.machine(msgspec.structs.replace(make_system(), shm=shm)) == []
+    assert findings.machine(msgspec.structs.replace(make_system(), shm=shm)) == []
 
 
 def test_unknown_readings_are_no_evidence():
     bare = make_source()  # no slow readings at all (no viewer yet, or an older probe)
-    assert fr.detect(bare, make_system()) == []
-    assert fr.detect(source(), None) == []
-    assert fr.machine(make_system()) == []  # no shm figures
+    assert detect_resources(bare, make_system()) == []
+    assert detect_resources(source(), None) == []
+    assert findings.machine(make_system()) == []  # no shm figures
 
 
 def test_stale_or_ended_sources_are_not_judged():
     low = dict(fds=1000, fd_limit=1024)
-    assert kinds(fr.detect(source(**readings(**low)), make_system())) == ["fd_low"]
-    stale = source(**readings(**low, age_s=fr.READINGS_STALE_S + 1))
-    assert fr.detect(stale, make_system()) == []
+    assert kinds(detect_resources(source(**readings(**low)), make_system())) == ["fd_low"]
+    stale = source(**readings(**low, age_s=_common.READINGS_STALE_S + 1))
+    assert detect_resources(stale, make_system()) == []
     for state in ("finished", "gone"):
-        assert fr.detect(source(**readings(**low), state=state), make_system()) == []
+        assert detect_resources(source(**readings(**low), state=state), make_system()) == []
 
 
 # ---------------------------------------------------------------------------------------------
@@ -109,7 +118,7 @@ def cow_worker(i: int, uss_growth: float = 200 * MIB, rss_growth: float = 0.0,
 
 
 def test_copy_on_read_uss_grows_while_rss_stays_flat():
-    found = fr.detect(source([cow_worker(0), cow_worker(1), slow_worker(2)]), make_system())
+    found = detect_resources(source([cow_worker(0), cow_worker(1), slow_worker(2)]), make_system())
     assert kinds(found) == ["copy_on_read"]
     f = found[0]
     assert_readable(f)
@@ -119,30 +128,30 @@ def test_copy_on_read_uss_grows_while_rss_stays_flat():
 
 
 def test_copy_on_read_names_the_one_worker():
-    found = fr.detect(source([cow_worker(0), slow_worker(1)]), make_system())
+    found = detect_resources(source([cow_worker(0), slow_worker(1)]), make_system())
     assert [(f.kind, f.worker) for f in found] == [("copy_on_read", 0)]
 
 
 def test_copy_on_read_thresholds():
     def cow(**kw: Any) -> bool:
-        return fr.copies_on_read(msgspec.convert(cow_worker(0, **kw), WorkerFigures))
+        return copy_on_read.copies_on_read(msgspec.convert(cow_worker(0, **kw), WorkerFigures))
 
-    at = fr.COW_MIN_GROWTH_BYTES
+    at = copy_on_read.COW_MIN_GROWTH_BYTES
     assert cow(uss_growth=at) and not cow(uss_growth=at - MIB)
     # RSS "flat": at most a quarter of the USS growth; above it, memory is really added
     assert cow(uss_growth=100 * MIB, rss_growth=25 * MIB)
     assert not cow(uss_growth=100 * MIB, rss_growth=26 * MIB)
     # steadily: enough readings, rising in most of them
-    assert not cow(samples=fr.TREND_MIN_SAMPLES - 1) and cow(samples=fr.TREND_MIN_SAMPLES)
-    assert not cow(rising=fr.RISING_SHARE_MIN - 0.01) and cow(rising=fr.RISING_SHARE_MIN)
+    assert not cow(samples=_trends.TREND_MIN_SAMPLES - 1) and cow(samples=_trends.TREND_MIN_SAMPLES)
+    assert not cow(rising=_trends.RISING_SHARE_MIN - 0.01) and cow(rising=_trends.RISING_SHARE_MIN)
     # no RSS trend: no contrast to judge by
     w = msgspec.convert(slow_worker(0, uss_trend=trend(0, GIB), rss_trend=None), WorkerFigures)
-    assert not fr.copies_on_read(w)
+    assert not copy_on_read.copies_on_read(w)
 
 
 def test_a_dead_worker_is_not_judged():
     dead = {**cow_worker(0), "alive": False, "exitcode": -9}
-    assert fr.detect(source([dead]), make_system()) == []
+    assert detect_resources(source([dead]), make_system()) == []
 
 
 def test_the_main_process_uss_rising_back_is_not_copy_on_read():
@@ -150,7 +159,7 @@ def test_the_main_process_uss_rising_back_is_not_copy_on_read():
     main's own again: its USS rises with a flat RSS. Not a finding (nor memory growth)."""
     s = source(**readings(uss_trend=trend(200 * MIB, 2 * GIB), rss_trend=trend(2 * GIB, 2 * GIB,
                                                                                 rising=0.0)))
-    assert fr.detect(s, make_system()) == []
+    assert detect_resources(s, make_system()) == []
 
 
 # ---------------------------------------------------------------------------------------------
@@ -159,7 +168,7 @@ def test_the_main_process_uss_rising_back_is_not_copy_on_read():
 
 def test_memory_growth_of_the_training_process():
     s = source(**readings(rss_trend=trend(2 * GIB, 3 * GIB, over_s=600, samples=120, rising=0.8)))
-    found = fr.detect(s, make_system())
+    found = detect_resources(s, make_system())
     assert kinds(found) == ["memory_growth"]
     f = found[0]
     assert_readable(f)
@@ -170,7 +179,7 @@ def test_memory_growth_of_the_training_process():
 
 def test_memory_growth_of_one_worker():
     w = slow_worker(2, rss_trend=trend(500 * MIB, 800 * MIB, over_s=300, samples=60))
-    found = fr.detect(source([slow_worker(0), w]), make_system())
+    found = detect_resources(source([slow_worker(0), w]), make_system())
     assert [(f.kind, f.worker) for f in found] == [("memory_growth", 2)]
     assert any("lru_cache" in line for line in found[0].advice)
 
@@ -178,15 +187,15 @@ def test_memory_growth_of_one_worker():
 def test_memory_growth_thresholds():
     def grows(first: float, last: float, **kw: Any) -> bool:
         kw.setdefault("over_s", 300.0)
-        return fr.grows(msgspec.convert(trend(first, last, **kw), MemoryTrend))
+        return memory_growth.grows(msgspec.convert(trend(first, last, **kw), MemoryTrend))
 
-    assert grows(500 * MIB, 500 * MIB + fr.GROWTH_MIN_BYTES)
-    assert not grows(500 * MIB, 500 * MIB + fr.GROWTH_MIN_BYTES - MIB)
+    assert grows(500 * MIB, 500 * MIB + memory_growth.GROWTH_MIN_BYTES)
+    assert not grows(500 * MIB, 500 * MIB + memory_growth.GROWTH_MIN_BYTES - MIB)
     # relative: a big process must grow by a tenth of itself
     assert not grows(10 * GIB, 10 * GIB + 900 * MIB) and grows(10 * GIB, 11 * GIB)
     # over minutes, not seconds
-    assert not grows(GIB, 2 * GIB, over_s=fr.GROWTH_MIN_S - 1)
-    assert grows(GIB, 2 * GIB, over_s=fr.GROWTH_MIN_S)
+    assert not grows(GIB, 2 * GIB, over_s=memory_growth.GROWTH_MIN_S - 1)
+    assert grows(GIB, 2 * GIB, over_s=memory_growth.GROWTH_MIN_S)
     # steadily
     assert not grows(GIB, 2 * GIB, rising=0.5)
     assert not grows(2 * GIB, GIB)
@@ -198,26 +207,26 @@ def test_memory_growth_thresholds():
 
 def test_fd_low_at_the_threshold_and_not_below():
     limit = 250
-    at = int(fr.FD_USED_SHARE * limit)  # 200
-    found = fr.detect(source(**readings(fds=at, fd_limit=limit)), make_system())
+    at = int(fd_low.FD_USED_SHARE * limit)  # 200
+    found = detect_resources(source(**readings(fds=at, fd_limit=limit)), make_system())
     assert kinds(found) == ["fd_low"]
     f = found[0]
     assert_readable(f)
     assert f.evidence[0] == "training process: fds 200 of limit 250 (threshold 80 %)"
     assert "set_sharing_strategy('file_system')" in f.advice[0]
     assert any("ulimit -n" in line for line in f.advice)
-    assert fr.detect(source(**readings(fds=at - 1, fd_limit=limit)), make_system()) == []
+    assert detect_resources(source(**readings(fds=at - 1, fd_limit=limit)), make_system()) == []
 
 
 def test_fd_low_in_a_worker_uses_the_inherited_limit():
     s = source([slow_worker(0), slow_worker(1, fds=900)], **readings(fd_limit=1024))
-    found = fr.detect(s, make_system())
+    found = detect_resources(s, make_system())
     assert [(f.kind, f.worker) for f in found] == [("fd_low", 1)]
     assert "worker 1 is close" in found[0].summary
 
 
 def test_fd_low_needs_a_limit():
-    assert fr.detect(source(**readings(fds=10**6, fd_limit=None)), make_system()) == []
+    assert detect_resources(source(**readings(fds=10**6, fd_limit=None)), make_system()) == []
 
 
 # ---------------------------------------------------------------------------------------------
@@ -226,8 +235,8 @@ def test_fd_low_needs_a_limit():
 
 def test_threads_oversubscribed_by_pools_in_every_worker():
     # 4 workers, each its own 6 threads plus an 8-thread pool, on 8 cores: 36 computing threads
-    s = source([slow_worker(i, threads=fr.WORKER_OWN_THREADS + 8) for i in range(4)])
-    found = fr.detect(s, make_system())
+    s = source([slow_worker(i, threads=threads_oversubscribed.WORKER_OWN_THREADS + 8) for i in range(4)])
+    found = detect_resources(s, make_system())
     assert kinds(found) == ["threads_oversubscribed"]
     f = found[0]
     assert_readable(f)
@@ -238,19 +247,19 @@ def test_threads_oversubscribed_by_pools_in_every_worker():
 def test_threads_thresholds():
     def found(threads: int, workers: int = 4, cores: float = 8.0) -> bool:
         s = source([slow_worker(i, threads=threads) for i in range(workers)])
-        return kinds(fr.detect(s, make_system(cores_available=cores))) == ["threads_oversubscribed"]
+        return kinds(detect_resources(s, make_system(cores_available=cores))) == ["threads_oversubscribed"]
 
-    own = fr.WORKER_OWN_THREADS
+    own = threads_oversubscribed.WORKER_OWN_THREADS
     # many plain workers are not oversubscribed by threads: no pool anywhere
     assert not found(own, workers=64, cores=2.0)
     # a pool below POOL_MIN_THREADS does not count
-    assert not found(own + fr.POOL_MIN_THREADS - 1, workers=16, cores=2.0)
+    assert not found(own + threads_oversubscribed.POOL_MIN_THREADS - 1, workers=16, cores=2.0)
     # 4 workers × (1 + 3) = 16 computing threads: 2 per core on 8 cores, not on 9
     assert found(own + 3, workers=4, cores=8.0)
     assert not found(own + 3, workers=4, cores=8.5)
     # no cores figure: no judgement
     s = source([slow_worker(i, threads=100) for i in range(4)])
-    assert fr.detect(s, make_system(cores_available=None)) == []
+    assert detect_resources(s, make_system(cores_available=None)) == []
 
 
 # ---------------------------------------------------------------------------------------------
@@ -264,20 +273,20 @@ def shm_system(total: int, free: int):
 
 
 def test_shm_low_below_a_tenth_free():
-    found = fr.machine(shm_system(8 * GIB, 800 * MIB))
+    found = findings.machine(shm_system(8 * GIB, 800 * MIB))
     assert kinds(found) == ["shm_low"]
     f = found[0]
     assert_readable(f)
     assert f.source is None and f.worker is None
     assert "--shm-size" in f.advice[0]
-    assert fr.machine(shm_system(8 * GIB, 820 * MIB)) == []  # 10.0 %: not low
+    assert findings.machine(shm_system(8 * GIB, 820 * MIB)) == []  # 10.0 %: not low
 
 
 def test_shm_low_below_the_absolute_floor():
     # Docker's default 64 MiB, half used: 32 MiB is the floor
-    assert fr.machine(shm_system(64 * MIB, 32 * MIB)) == []
-    assert kinds(fr.machine(shm_system(64 * MIB, 32 * MIB - 1))) == ["shm_low"]
-    assert fr.machine(shm_system(0, 0)) == []
+    assert findings.machine(shm_system(64 * MIB, 32 * MIB)) == []
+    assert kinds(findings.machine(shm_system(64 * MIB, 32 * MIB - 1))) == ["shm_low"]
+    assert findings.machine(shm_system(0, 0)) == []
 
 
 # ---------------------------------------------------------------------------------------------
@@ -317,9 +326,9 @@ def test_a_cache_filling_at_the_start_drops_out_of_the_trend():
     late = memory_trend(cache, T0)
     assert early is not None and late is not None
     assert late.slope_bytes_per_s == 0 and late.rising_share == 0
-    assert not fr.grows(late)
+    assert not memory_growth.grows(late)
     leak = [(T0 + 5 * i, GIB + i * 2 * MIB) for i in range(200)]
-    assert fr.grows(memory_trend(leak, T0))
+    assert memory_growth.grows(memory_trend(leak, T0))
 
 
 def test_warm_up_excludes_the_start_up_jump():
