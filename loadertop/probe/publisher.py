@@ -537,7 +537,7 @@ class Publisher:
                 from loadertop.probe.system_feed import SystemFeed
             except Exception:  # pragma: no cover - hard dependencies
                 return
-            resources.use_psutil(psutil)  # record.py's worker figures read it there too
+            resources.use_psutil(psutil)  # worker_resources.py's figures read it there too
             try:
                 self._system = SystemFeed(self.host)
                 self._system.report()
