@@ -26,7 +26,7 @@ import msgspec
 from loadertop import wire
 from loadertop.client.document import Document
 from loadertop.client.model import Model
-from loadertop.probe.record import BucketCounts
+from loadertop.probe.histograms import BucketCounts
 from loadertop.system.gpu import GPU_FIELDS
 
 #: The fixed "now" of every scenario (2025-11-29 17:23:20 UTC).

@@ -35,7 +35,7 @@ _inside = threading.local()
 class _PyStamper:
     """The hot path in pure Python, where the C one (`_hotpath.Stamper`) is not built. Per batch:
     two clock reads and two appends to the record's stamps (a bounded deque where the C module is
-    not built: record.new_events) — `t0` when the loop enters next(), `-t1` when it leaves with a
+    not built: stamp_drain.new_events) — `t0` when the loop enters next(), `-t1` when it leaves with a
     batch, `0` when it leaves by an exception (StopIteration included). The publisher thread
     pairs them; a trailing `t0` without its exit means the loop is blocked in next() right now,
     and since when. Signed stamps keep the pairing unambiguous even when the bounded store

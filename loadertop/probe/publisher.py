@@ -33,26 +33,19 @@ from pathlib import Path
 
 from loadertop import discovery, endpoints, environment, wire
 from loadertop.probe import torch_internals
+from loadertop.probe.cadence import (
+    CONTESTED_READY_SHARE,
+    REPORT_S,
+    SAMPLES_PER_REPORT,
+    SLOW_S,
+    count_waiting,
+    next_tick,
+    samples_per_report,
+)
 from loadertop.probe.inbox import WorkerInbox
 from loadertop.probe.record import LoaderRecord
 from loadertop.probe.resources import RESOURCE_S, ResourceSampler
 
-# Queue-depth sampling: the queue changes with every batch, so it is sampled in proportion to the
-# batch rate of the last second, SAMPLES_PER_BATCH, at REPORT_S / k for k in SAMPLES_PER_REPORT
-# (the grid): 4 Hz up to ~27 batches/s (12 samples in the viewer's 3 s window), 48 Hz from 320/s
-# on. The 50 Hz of old cost 0.65 % of a core in wake-ups alone here, for a 20 batches/s loader
-# whose queue changes ~40 times a second.
-SAMPLES_PER_BATCH = 0.15
-SAMPLES_PER_REPORT = (1, 2, 3, 4, 6, 12)
-REPORT_S = 0.25  # one report per loader: 4 Hz keeps the viewer's 1 s refresh fresh
-SLOW_S = 1.0  # psutil worker sampling and the system sample; a multiple of REPORT_S
-# The loop's CPU while blocked in next() vetoes "main process bound" when batches sit ready while
-# the loop waits. It needs two readings of the loop thread's CPU clock inside one next() call, and
-# the viewer counts it only from >= 100 ms of such pairs in its 3 s window: long waits sampled
-# often. So while >= CONTESTED_READY_SHARE of last second's samples taken inside next() found
-# >= 2 batches ready (the case the figure decides), the queue is sampled at 48 Hz whatever the
-# batch rate; a 2-worker loader at 20 batches/s whose workers are the limit stays at 4 Hz.
-CONTESTED_READY_SHARE = 0.25
 # On a subscription the system sampler is read at once to start its rates (its figures are
 # deltas between two readings); the first figures go out at a 1 Hz tick at least this long after.
 SYSTEM_MIN_GAP_S = 0.2
@@ -444,14 +437,14 @@ class Publisher:
                 self._load_viewer_tools()
             sampling = watched and any(record.has_queue() for record in records)
             if sample_due:
-                next_sample = _next_tick(origin, sample_ns, now)
+                next_sample = next_tick(origin, sample_ns, now)
                 if sampling:
                     for record in records:
                         record.sample_queue()
-                        _count_waiting(record, waiting)
+                        count_waiting(record, waiting)
             slow_due = now >= next_slow
             if slow_due:
-                next_slow = _next_tick(origin, slow_ns, now)
+                next_slow = next_tick(origin, slow_ns, now)
                 for record in records:
                     record.sample_workers()
                 if watched and now >= next_resources:
@@ -462,7 +455,7 @@ class Publisher:
                     for record in records:
                         record.pending_resources = self._resources.sample(record.worker_pid_pairs())
                 self._retire_dead(zmq, pub, records, now / 1e9)
-                per_report = _samples_per_report(records, totals, now - last_slow_tick)
+                per_report = samples_per_report(records, totals, now - last_slow_tick)
                 if waiting[1] and waiting[1] >= CONTESTED_READY_SHARE * waiting[0]:
                     per_report = SAMPLES_PER_REPORT[-1]
                 sample_ns = report_ns // per_report
@@ -487,7 +480,7 @@ class Publisher:
                     # Only reports use the workers' samples: read just before, in bulk.
                     self._read_worker_samples(inbox)
                 if report_due:
-                    next_report = _next_tick(origin, report_ns, now)
+                    next_report = next_tick(origin, report_ns, now)
                 now_ns, sent_at = time.perf_counter_ns(), time.time()
                 for record in records:
                     self._send(zmq, pub, record.report(now_ns, sent_at, probe_cpu, watched))
@@ -537,7 +530,7 @@ class Publisher:
                 from loadertop.probe.system_feed import SystemFeed
             except Exception:  # pragma: no cover - hard dependencies
                 return
-            resources.use_psutil(psutil)  # record.py's worker figures read it there too
+            resources.use_psutil(psutil)  # worker_resources.py's figures read it there too
             try:
                 self._system = SystemFeed(self.host)
                 self._system.report()
@@ -581,39 +574,6 @@ class Publisher:
                 self._send(zmq, pub, record.goodbye(sent_at))
             except Exception:
                 pass
-
-
-def _next_tick(origin: int, period: int, now: int) -> int:
-    """The first tick of the grid `origin + k * period` after `now`: a late wake-up skips the
-    ticks it missed rather than bunching them, and the periods, multiples of one another, keep
-    falling on the same wake-up."""
-    return origin + ((now - origin) // period + 1) * period
-
-
-def _samples_per_report(records, totals: dict[int, int], elapsed_ns: int) -> int:
-    """Queue samples per report for the next second: SAMPLES_PER_BATCH of the batches the
-    busiest loader with workers took over the last one, snapped up to SAMPLES_PER_REPORT."""
-    batches = 0.0
-    seen = {}
-    for record in records:
-        key, total = id(record), record.batches_total
-        seen[key] = total
-        if elapsed_ns > 0 and key in totals and record.config.num_workers:
-            batches = max(batches, (total - totals[key]) * REPORT_S * 1e9 / elapsed_ns)
-    totals.clear()
-    totals.update(seen)
-    want = batches * SAMPLES_PER_BATCH
-    return next((k for k in SAMPLES_PER_REPORT if k >= want), SAMPLES_PER_REPORT[-1])
-
-
-def _count_waiting(record: LoaderRecord, waiting: list[int]) -> None:
-    """After a queue sample: was the loop inside next(), and were >= 2 batches ready then? (The
-    record's last depth reading, read on this thread only.)"""
-    if record.in_next_since is not None and record.has_queue():
-        depth = getattr(record, "_q_last", None)
-        waiting[0] += 1
-        if depth is not None and depth.ready >= 2:
-            waiting[1] += 1
 
 
 def _on_sigterm(signum, frame) -> None:

@@ -33,7 +33,7 @@ from typing import Final
 from loadertop import environment, wire
 
 # psutil, given by the publisher thread when a viewer first subscribes (publisher._loading):
-# only a viewer reads these figures (and the workers' CPU and RSS in record.py, which reads this
+# only a viewer reads these figures (and the workers' CPU and RSS in worker_resources.py, which reads this
 # name too), and a program nobody watches does not import it.
 psutil = None  # type: ignore[assignment]
 

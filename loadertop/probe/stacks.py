@@ -10,7 +10,7 @@
   finds it among the worker's open files (`find_worker_stack_file`). When torch's `_task_info`
   shows that worker inside one batch for STACK_AFTER_S and a viewer is subscribed, the main
   process sends it STACK_SIGNAL
-  (`ask_worker_stack`), again after 1, 2 and 4 s, then every 8 s while it stays there (record.py
+  (`ask_worker_stack`), again after 1, 2 and 4 s, then every 8 s while it stays there (hang_forensics.py
   `_worker_stack`); the C handler writes the stack of the thread it
   interrupts (the worker's main thread, torch's worker loop) even while it is stuck in C holding
   the GIL, and the frames it reads hold still: it runs on that very thread. A watchdog that

@@ -69,7 +69,7 @@ MAX_PENDING = 1000  # samples held while the socket cannot connect yet (a full l
 SNDBUF_BYTES = 4 << 20  # asked for; Linux caps it at net.core.wmem_max (probe/inbox.py)
 CONNECT_RETRY_NS = 10_000_000  # a full backlog (thousands of workers starting at once): retried
 CONNECT_TRY_NS = 1_000_000_000  # at the next samples this often, for this long
-STACK_AFTER_S = 2.0  # a worker inside one batch this long is asked for its stack (record.py)
+STACK_AFTER_S = 2.0  # a worker inside one batch this long is asked for its stack (hang_forensics.py)
 STACK_REFRESH_S = 1.0  # then again after this, doubling
 # SIGURG: its default action is to ignore it, so a signal that reaches a process without our
 # handler (a worker that could not register it, a pid just reused) does nothing there; Python

@@ -105,9 +105,14 @@ def _child(scenario: str, seconds: float, viewer: bool, profile: bool,
         pubmod.Publisher._loop = profiled_loop
 
     timers = _install_breakdown(pubmod) if breakdown else None
+    from loadertop.probe import cadence
+
     for item in filter(None, os.environ.get("LT_PROBE_SET", "").split(",")):
         name, value = item.split("=")  # an experiment: a publisher constant overridden
-        setattr(pubmod, name, type(getattr(pubmod, name))(value))
+        # wherever it is read: the publisher's loop, and the queue-sampling timetable it imports
+        holders = [mod for mod in (pubmod, cadence) if hasattr(mod, name)] or [pubmod]
+        for mod in holders:
+            setattr(mod, name, type(getattr(mod, name))(value))
 
     if scenario == "slow2":
         loader = DataLoader(SlowDataset(10**6, 0.1), batch_size=1, num_workers=2,

@@ -14,7 +14,7 @@ from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 from workloads.lt_data import CountingCollate, CountingInit, WorkloadDataset
 
 import loadertop
-from loadertop.probe.record import PAIR_GRACE_NS
+from loadertop.probe.stage_pairing import PAIR_GRACE_NS
 
 pytestmark = pytest.mark.slow
 

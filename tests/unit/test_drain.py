@@ -14,6 +14,8 @@ import torch
 from gc_race import call_while_a_finalizer_runs
 from torch.utils.data import DataLoader, TensorDataset
 
+from loadertop import wire
+from loadertop.probe import histograms, stamp_drain
 from loadertop.probe import record as recmod
 
 BASE = 10**12
@@ -69,24 +71,24 @@ def _figures(rec: recmod.LoaderRecord) -> dict:
             "step_buckets": list(rec._step_buckets.counts)}
 
 
-IMPLEMENTATIONS = ["python"] + (["c"] if recmod._c_split_stamps is not None else [])
+IMPLEMENTATIONS = ["python"] + (["c"] if stamp_drain._c_split_stamps is not None else [])
 
 
 @pytest.fixture(params=IMPLEMENTATIONS)
 def implementation(request, monkeypatch):
-    """The drain's C helpers, or (param "python") none: record.py then uses its Python ones."""
+    """The drain's C helpers, or (param "python") none: the probe then uses its Python ones."""
     if request.param == "python":
-        monkeypatch.setattr(recmod, "StampRing", None)  # the records' stamps in a deque
-        monkeypatch.setattr(recmod, "_c_split_stamps", None)
-        monkeypatch.setattr(recmod, "_c_bucket_count", None)
-        monkeypatch.setattr(recmod, "_c_decimate_micros", None)
+        monkeypatch.setattr(stamp_drain, "StampRing", None)  # the records' stamps in a deque
+        monkeypatch.setattr(stamp_drain, "_c_split_stamps", None)
+        monkeypatch.setattr(histograms, "_c_bucket_count", None)
+        monkeypatch.setattr(histograms, "_c_decimate_micros", None)
     return request.param
 
 
 def test_the_bulk_drain_equals_the_per_stamp_loop(monkeypatch, implementation):
     bulk, each = _record("bulk"), _record("each")
     # the reference: every stamp through the per-stamp loop (a deque has no take_split)
-    each.events = recmod.DequeStamps(maxlen=recmod.EVENTS_MAXLEN)
+    each.events = stamp_drain.DequeStamps(maxlen=stamp_drain.EVENTS_MAXLEN)
     monkeypatch.setattr(each, "_drain_alternating", lambda chunk: False)
     calls = {"bulk": 0}
     original = recmod.LoaderRecord._drain_split
@@ -163,21 +165,21 @@ def _chunks(rng: random.Random):
         yield pending, out, rng.choice([None, t, rng.randrange(1, 10**15)])
 
 
-@pytest.mark.skipif(recmod._c_split_stamps is None, reason="the C drain is not built here")
+@pytest.mark.skipif(stamp_drain._c_split_stamps is None, reason="the C drain is not built here")
 def test_the_c_split_equals_the_python_one():
     rng = random.Random(9)
     seen = {"split": 0, "declined": 0}
     for pending, chunk, prev in _chunks(rng):
         for want in (False, True):
-            c = recmod._c_split_stamps(pending, list(chunk), prev, want)
-            py = recmod.py_split_stamps(pending, list(chunk), prev, want)
+            c = stamp_drain._c_split_stamps(pending, list(chunk), prev, want)
+            py = stamp_drain.py_split_stamps(pending, list(chunk), prev, want)
             py = None if py is None else tuple(py)
             assert c == py, (pending, chunk, prev, want)
             seen["split" if c is not None else "declined"] += 1
     assert seen["split"] > 300 and seen["declined"] > 50
 
 
-@pytest.mark.skipif(recmod._c_split_stamps is None, reason="the C drain is not built here")
+@pytest.mark.skipif(stamp_drain._c_split_stamps is None, reason="the C drain is not built here")
 @pytest.mark.parametrize("pending, chunk", [(None, [BASE, -(BASE + 1), 2**63]),
                                             (2**64, [-(2**64 + 1)]),
                                             (None, [BASE, -(2**63)]),
@@ -186,12 +188,12 @@ def test_the_c_split_equals_the_python_one():
 def test_the_c_split_declines_what_is_not_an_int64(pending, chunk, monkeypatch):
     """Outside int64 (no stamp of a real clock) the C split declines; the per-stamp loop still
     gives the drain's figures."""
-    assert recmod._c_split_stamps(pending, chunk, None, True) is None
+    assert stamp_drain._c_split_stamps(pending, chunk, None, True) is None
     rec, each = _record("wide"), _record("wide-each")
     monkeypatch.setattr(each, "_drain_alternating", lambda chunk: False)
     each._interval_start_ns = rec._interval_start_ns  # a wait's part before it is left out
     for r in (rec, each):
-        r.events = recmod.DequeStamps(maxlen=recmod.EVENTS_MAXLEN)  # a StampRing: int64 only
+        r.events = stamp_drain.DequeStamps(maxlen=stamp_drain.EVENTS_MAXLEN)  # a StampRing: int64 only
         r.in_next_since = pending
         r.events.extend(chunk)
         r.drain()
@@ -199,8 +201,8 @@ def test_the_c_split_declines_what_is_not_an_int64(pending, chunk, monkeypatch):
 
 
 def test_bucket_counts_put_a_value_equal_to_a_bound_in_its_bucket(implementation):
-    bounds = recmod.wire.HISTOGRAM_BOUNDS_NS
-    counts = recmod.BucketCounts()
+    bounds = wire.HISTOGRAM_BOUNDS_NS
+    counts = histograms.BucketCounts()
     values = [-1, 0, bounds[0], bounds[0] + 1, bounds[3], bounds[-1], bounds[-1] + 1, 10**17]
     assert counts.add(values) == sum(values)
     expected = [0] * (len(bounds) + 1)
@@ -213,25 +215,25 @@ def test_bucket_counts_put_a_value_equal_to_a_bound_in_its_bucket(implementation
     assert counts.add([]) == 0 and counts.counts == expected
 
 
-@pytest.mark.skipif(recmod._c_bucket_count is None, reason="the C drain is not built here")
+@pytest.mark.skipif(histograms._c_bucket_count is None, reason="the C drain is not built here")
 def test_the_c_bucket_count_equals_the_python_one():
-    bounds = recmod.wire.HISTOGRAM_BOUNDS_NS
+    bounds = wire.HISTOGRAM_BOUNDS_NS
     rng = random.Random(3)
     c_counts = [0] * (len(bounds) + 1)
     py_counts = list(c_counts)
     for n in (0, 1, 5, 63, 64, 65, 1000, 20_000):  # both sides of the Python's SORT_FROM
         values = [rng.choice([rng.randrange(-10, 10**11), rng.choice(bounds),
                               rng.choice(bounds) + rng.choice((-1, 1))]) for _ in range(n)]
-        assert recmod._c_bucket_count(bounds, c_counts, values) == \
-            recmod.py_bucket_count(bounds, py_counts, values)
+        assert histograms._c_bucket_count(bounds, c_counts, values) == \
+            histograms.py_bucket_count(bounds, py_counts, values)
         assert c_counts == py_counts
     assert sum(c_counts) == 21_198
     # Beyond int64, or a sum that would leave it: declined, nothing counted; Python counts it.
     for values in ([1, 2**63], [2**62, 2**62], [1, 2.5]):
         before = list(c_counts)
-        assert recmod._c_bucket_count(bounds, c_counts, values) is None
+        assert histograms._c_bucket_count(bounds, c_counts, values) is None
         assert c_counts == before
-    wide = recmod.BucketCounts()
+    wide = histograms.BucketCounts()
     assert wide.add([1, 2**63]) == 2**63 + 1 and sum(wide.counts) == 2
 
 
@@ -242,19 +244,19 @@ def test_lost_stamps_are_counted_and_nothing_is_paired_across_the_gap(implementa
     # 11 stamps too many: what is kept starts with an exit whose entry was lost, and ends with
     # an entry (the ring keeps exactly the newest EVENTS_MAXLEN; a deque that filled up keeps
     # the same, and is treated as having lost some)
-    stamps = _batches(BASE, recmod.EVENTS_MAXLEN // 2 + 5) + [BASE + 10**9]
+    stamps = _batches(BASE, stamp_drain.EVENTS_MAXLEN // 2 + 5) + [BASE + 10**9]
     rec.events.extend(stamps)
     rec.drain()
     assert rec.dropped == 1
-    assert rec.batches_total == recmod.EVENTS_MAXLEN // 2 - 1
+    assert rec.batches_total == stamp_drain.EVENTS_MAXLEN // 2 - 1
     assert rec._wait_ns == 700 * rec.batches_total  # the stale entry paired with nothing
     assert rec.in_next_since == BASE + 10**9
     rec.events.extend([-(BASE + 10**9 + 700), *_batches(BASE + 10**10, 3)])
     rec.drain()
-    assert rec.dropped == 1 and rec.batches_total == recmod.EVENTS_MAXLEN // 2 + 3
+    assert rec.dropped == 1 and rec.batches_total == stamp_drain.EVENTS_MAXLEN // 2 + 3
 
 
-needs_ring = pytest.mark.skipif(recmod.StampRing is None, reason="the C drain is not built here")
+needs_ring = pytest.mark.skipif(stamp_drain.StampRing is None, reason="the C drain is not built here")
 
 
 @needs_ring
@@ -265,12 +267,12 @@ def test_the_rings_split_equals_take_then_split():
         if any(s is not None and not -2**63 < s < 2**63 for s in [pending, *chunk]):
             continue
         for want in (False, True):
-            ring, other = recmod.StampRing(1 << 12), recmod.StampRing(1 << 12)
+            ring, other = stamp_drain.StampRing(1 << 12), stamp_drain.StampRing(1 << 12)
             ring.extend(chunk)
             other.extend(chunk)
             got = ring.take_split(pending, prev, want)
             taken, lost = other.take()
-            expected = recmod._c_split_stamps(pending, taken, prev, want)
+            expected = stamp_drain._c_split_stamps(pending, taken, prev, want)
             assert got == expected and lost == 0, (pending, chunk, prev, want)
             if got is None:  # refused: nothing taken
                 seen["declined"] += 1
@@ -285,7 +287,7 @@ def test_the_rings_split_equals_take_then_split():
 @pytest.mark.parametrize("pending, prev", [(True, None), (2**63, None), (1.5, None),
                                            (None, 2**64), (None, "x")])
 def test_the_rings_split_declines_a_pending_or_last_exit_that_is_not_an_int64(pending, prev):
-    ring = recmod.StampRing(16)
+    ring = stamp_drain.StampRing(16)
     ring.extend([BASE, -(BASE + 5)])
     assert ring.take_split(pending, prev, True) is None
     assert ring.take() == ([BASE, -(BASE + 5)], 0)
@@ -293,7 +295,7 @@ def test_the_rings_split_declines_a_pending_or_last_exit_that_is_not_an_int64(pe
 
 @needs_ring
 def test_the_rings_split_leaves_lost_stamps_to_take():
-    ring = recmod.StampRing(8)
+    ring = stamp_drain.StampRing(8)
     ring.extend(_batches(BASE, 5))  # 10 stamps into 8: 2 lost
     assert ring.take_split(None, None, False) is None
     stamps, lost = ring.take()
@@ -307,7 +309,7 @@ def test_a_stamp_pushed_while_the_rings_split_allocates_stays_for_the_next_drain
     """As for take() (test_hotpath): making the result can run a collection whose finalizer
     pushes, as the training thread could while the GIL is released."""
     def make():
-        ring = recmod.StampRing(1 << 10)
+        ring = stamp_drain.StampRing(1 << 10)
         ring.extend(_batches(BASE, 3))
         return (lambda: ring.append(BASE + 10_000)), \
             (lambda: ring.take_split(None, None, True)), ring
@@ -320,10 +322,10 @@ def test_a_stamp_pushed_while_the_rings_split_allocates_stays_for_the_next_drain
 def test_a_records_drain_through_the_rings_split_gives_the_figures_of_take(monkeypatch):
     """The drain's figures are the same whichever way its steady stamps go: the ring's split,
     or take() and the split of the list."""
-    if recmod.StampRing is None:
+    if stamp_drain.StampRing is None:
         pytest.skip("the C drain is not built here")
     split, taken = _record("split"), _record("taken")
-    taken.events = recmod.DequeStamps(maxlen=recmod.EVENTS_MAXLEN)
+    taken.events = stamp_drain.DequeStamps(maxlen=stamp_drain.EVENTS_MAXLEN)
     took = {"split": 0, "taken": 0}
     original = recmod.LoaderRecord._drain_taken
 
@@ -343,14 +345,14 @@ def test_a_records_drain_through_the_rings_split_gives_the_figures_of_take(monke
     assert took["taken"] == drains and 0 < took["split"] <= drains - 3  # 3 drains were steady
 
 
-@pytest.mark.skipif(recmod._c_decimate_micros is None, reason="the C drain is not built here")
+@pytest.mark.skipif(histograms._c_decimate_micros is None, reason="the C drain is not built here")
 def test_the_c_decimation_equals_the_python_one():
     rng = random.Random(5)
-    limit = recmod.wire.MAX_SAMPLES
+    limit = wire.MAX_SAMPLES
     for n in (0, 1, 999, limit - 1, limit, limit + 1, 2 * limit + 7, 13_000, 100_003):
         samples = [rng.randrange(-10**7, 10**12) for _ in range(n)]
         samples[:4] = [-1, -1000, -1001, 999][:n]  # floor division of negatives, as Python's
-        assert recmod._c_decimate_micros(samples, limit) == recmod.py_decimated_micros(samples)
+        assert histograms._c_decimate_micros(samples, limit) == histograms.py_decimated_micros(samples)
     for samples in ([1, 2.5], [2**63], [True]):
-        assert recmod._c_decimate_micros(samples, limit) is None
-        assert recmod.decimated_micros(samples) == recmod.py_decimated_micros(samples)
+        assert histograms._c_decimate_micros(samples, limit) is None
+        assert histograms.decimated_micros(samples) == histograms.py_decimated_micros(samples)

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from loadertop import wire
 from loadertop.client.model import HISTOGRAM_LE_MS, Model, histogram_figures
-from loadertop.probe.record import BucketCounts
+from loadertop.probe.histograms import BucketCounts
 
 from fakes import T0, loader_report, mutated_frame, raw_frame
 
