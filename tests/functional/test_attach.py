@@ -259,10 +259,19 @@ def test_attach_errors_are_one_line_with_their_own_exit_codes():
         if not hasattr(sys, "remote_exec"):
             check(attach(directory, plain.pid, env=no_gdb), EXIT_NO_GDB, "apt-get install gdb")
         if os.geteuid() == 0 and shutil.which("setpriv"):
+            # The unprivileged user runs a copy of the package from a directory it can read: the
+            # checkout may lie in a private one (a clone under `mktemp -d`, mode 0700), where
+            # uid 65534 would fail to import loadertop before reaching ptrace.
+            readable = short_tmpdir()
+            readable.chmod(0o755)
+            shutil.copytree(REPO / "loadertop", readable / "loadertop",
+                            ignore=shutil.ignore_patterns("__pycache__"))
             nobody = subprocess.run(
                 ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "--inh-caps=-all",
                  *loadertop_cmd("attach", str(plain.pid))],
-                env=clean_env(short_tmpdir()), capture_output=True, text=True, timeout=60, cwd=REPO)
+                env=clean_env(short_tmpdir(), PYTHONPATH=str(readable)), capture_output=True,
+                text=True, timeout=60, cwd=readable)
+            shutil.rmtree(readable, ignore_errors=True)
             check(nobody, EXIT_PTRACE, "ptrace not permitted", "CAP_SYS_PTRACE",
                   "kernel.yama.ptrace_scope", "--cap-add=SYS_PTRACE")
 
