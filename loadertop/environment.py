@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 
-# ---- read by the training process (documented for users, CONTRACT §1)
+# ---- read by the training process (documented for users, docs/contract.md §1)
 LOADERTOP_DISABLE = "LOADERTOP_DISABLE"  # set (not "0"): instrument() returns the loader untouched
 LOADERTOP_DIR = "LOADERTOP_DIR"  # the discovery directory (see loadertop.discovery)
 LOADERTOP_ENDPOINT = "LOADERTOP_ENDPOINT"  # where the publisher listens instead of its ipc socket

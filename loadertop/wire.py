@@ -47,7 +47,7 @@ ShortText = Annotated[str, Meta(max_length=256)]
 # still builds them from lists (msgpack arrays alike); nothing reads them back there.
 Samples = Annotated[tuple[Micros, ...], Meta(max_length=MAX_SAMPLES)]
 
-# The fixed buckets every wait, step and worker fetch is counted in (CONTRACT §8: Prometheus
+# The fixed buckets every wait, step and worker fetch is counted in (docs/contract.md §8: Prometheus
 # histograms that count every batch, where the samples above are decimated). Upper bounds in ns,
 # from 50 µs (a batch handed over from a full queue) to 60 s (a stall); one more bucket holds what
 # lies beyond the last bound. Fixed within schema 1: other bounds would be another field.
@@ -189,7 +189,7 @@ class WorkerReport(msgspec.Struct, frozen=True, gc=False):
 
 
 class StageReport(msgspec.Struct, frozen=True, gc=False):
-    """Where the loop's wait went during one interval (CONTRACT §5).
+    """Where the loop's wait went during one interval (docs/contract.md §5).
 
     With workers, each batch the loop received is paired with the stamp its worker took when the
     batch was produced; ``handoff_us`` and the two sums cover the paired batches only.

@@ -1,5 +1,5 @@
 """Shared fixtures and helpers: private discovery directories, training workloads in subprocesses,
-`loadertop snapshot --json` runs, and a validator of the CONTRACT §3 document (a strict decode into
+`loadertop snapshot --json` runs, and a validator of the docs/contract.md §3 document (a strict decode into
 `loadertop.client.document`'s types).
 
 Everything is real: workloads are `tests/workloads/train.py` in their own process (own session, so
@@ -83,7 +83,8 @@ def clean_env(directory: Path | str, **extra: str) -> dict:
 SERIAL_FILES = frozenset({
     "test_advice_experiments.py", "test_demo.py", "test_e2e_diagnosis.py", "test_e2e_snapshot.py",
     "test_findings_lifecycle.py", "test_findings_resources.py", "test_never_blocks.py",
-    "test_publisher_lifecycle.py", "test_quiet_start.py", "test_stages.py", "test_tune.py",
+    "test_publisher_lifecycle.py", "test_quiet_start.py", "test_recording.py", "test_stages.py",
+    "test_tune.py",
 })
 
 
@@ -623,7 +624,7 @@ def check_system(system: SystemFigures, where: str = "system") -> None:
 
 
 def check_document(doc: dict, *, system_required: bool = True, recent: bool = True) -> Document:
-    """Validate a CONTRACT §3 document (as parsed from `snapshot --json`) and return it typed:
+    """Validate a docs/contract.md §3 document (as parsed from `snapshot --json`) and return it typed:
     the strict decode above, then what the types cannot check. `recent`: taken just now."""
     typed = typed_document(doc)
     if recent:

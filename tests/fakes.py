@@ -138,7 +138,7 @@ class LoaderSim:
     the workers. `blocked_ms` set: the loop is inside next() since that long (at `Scenario.end`)
     and delivers nothing; `idle`: the loop does not iterate this loader now.
 
-    Stages (CONTRACT §5): each batch's wait ends with its handoff (`handoff_p50_ms`/`_p95_ms`,
+    Stages (docs/contract.md §5): each batch's wait ends with its handoff (`handoff_p50_ms`/`_p95_ms`,
     receiving, unpickling, pin_memory; never more than the wait itself), the rest of the wait is
     the batch still being produced — so the split follows the waits, as it does in a real loop.
     `handoff_share` sets the split outright; `unpaired` (e.g. "in_order_false") makes it unknown:
@@ -179,7 +179,7 @@ class LoaderSim:
     handoff_p50_ms: float = 0.06  # per batch: from produced-and-asked-for to the loop having it
     handoff_p95_ms: float = 0.5
     handoff_share: float | None = None  # of the wait, the share after the batch was produced
-    unpaired: str | None = None  # no batch could be paired, for this reason (CONTRACT §5)
+    unpaired: str | None = None  # no batch could be paired, for this reason (docs/contract.md §5)
     batch_tensors: int | None = 2  # a sampled batch: images and labels ...
     batch_bytes: int | None = 64 * 3 * 224 * 224 * 4 + 64 * 8  # ... float32, 36.8 MiB
     worker_pid_base: int | None = None  # default pid + 10 (a second loader's workers: say so)
@@ -794,7 +794,7 @@ class FakeGpuReader:
         self.closed = True
 
 
-# --------------------------------------------------------------------------- findings (CONTRACT §5)
+# --------------------------------------------------------------------------- findings (docs/contract.md §5)
 #
 # Loaders whose reports carry what the findings are decided from — a stack while the loop or a
 # worker is stuck, a worker's time inside its current batch, the workers' shared random states,

@@ -8,8 +8,8 @@
     bootstrap.py   the code that runs inside the target (stdlib only, the target's Python); it
                 imports `loadertop.probe.attach` from the target's own sys.path
 
-Every failure is an `AttachError` with one line of text and one of the exit codes below (the
-README's table lists them).
+Every failure is an `AttachError` with one line of text and one of the exit codes below
+(docs/attach.md's table lists them).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The snapshot document (CONTRACT §3), as typed, immutable msgspec Structs.
+"""The snapshot document (docs/contract.md §3), as typed, immutable msgspec Structs.
 
 One type per object of the document. The viewer model builds them, `diagnosis` reads them and
 returns a `Verdict`, and every view reads them: the TUI, the text report, `snapshot --json` (one
@@ -9,7 +9,7 @@ field's definition order is its key order in the JSON.
 A figure that cannot be known is None (JSON null), never a made-up 0. A `Stats` object is either
 present with all five figures, or the whole figure is None.
 
-Schema `loadertop.snapshot/1` grows only by adding keys (CONTRACT §5's `stages` and `findings` are
+Schema `loadertop.snapshot/1` grows only by adding keys (docs/contract.md §5's `stages` and `findings` are
 the next): a new field gets a new Struct here and one line in `SourceFigures` or `Document`.
 Readers of an older document ignore keys they do not know.
 
@@ -26,17 +26,17 @@ from msgspec import Meta
 
 SNAPSHOT_SCHEMA: Final = "loadertop.snapshot/1"
 
-#: The source states of CONTRACT §3 (their rules: `client.model`).
+#: The source states of docs/contract.md §3 (their rules: `client.model`).
 State = Literal["running", "waiting", "stalled", "idle", "finished", "gone"]
 STATES: tuple[State, ...] = get_args(State)
 
-#: The diagnosis categories of CONTRACT §4. `loadertop.diagnosis` names each one as a constant
+#: The diagnosis categories of docs/contract.md §4. `loadertop.diagnosis` names each one as a constant
 #: (a test checks the two sets are the same).
 Category = Literal["idle", "insufficient_data", "compute_bound", "input_bound_io",
                    "input_bound_cpu", "cpu_saturated", "main_process_bound", "memory_pressure",
                    "stalled"]
 
-#: The findings of CONTRACT §5 (their rules: `loadertop.findings`) and their severities.
+#: The findings of docs/contract.md §5 (their rules: `loadertop.findings`) and their severities.
 FindingKind = Literal["worker_hung", "loop_hung", "worker_died", "slow_worker", "copy_on_read",
                       "memory_growth", "duplicate_rng", "shm_low", "fd_low",
                       "threads_oversubscribed", "epoch_start_slow"]
@@ -117,7 +117,7 @@ class MemoryTrend(_Figures, frozen=True, kw_only=True):
 
 class HistogramFigures(_Figures, frozen=True, kw_only=True):
     """Every value the probe counted since it began recording the loader — cumulative over the
-    loader's life, not the window, and every batch, not a sample (CONTRACT §8: what `loadertop
+    loader's life, not the window, and every batch, not a sample (docs/contract.md §8: what `loadertop
     export` serves as a Prometheus histogram). `counts[i]` values lie in (`le_ms[i-1]`,
     `le_ms[i]`]; the last count, one more than the bounds, is beyond the last bound (+Inf).
     `count` is their number and `sum_ms` their sum."""
@@ -212,7 +212,7 @@ class RngFigures(_Figures, frozen=True, kw_only=True):
 
 
 class Finding(_Figures, frozen=True, kw_only=True):
-    """One pitfall found live (CONTRACT §5): `since` is when its condition began (Unix time);
+    """One pitfall found live (docs/contract.md §5): `since` is when its condition began (Unix time);
     it stays listed while the condition holds and `findings.LINGER_S` after."""
 
     kind: FindingKind
@@ -242,7 +242,7 @@ class WaitSplit(_Figures, frozen=True, kw_only=True):
 
 
 class StageFigures(_Figures, frozen=True, kw_only=True):
-    """Where a batch's time goes (CONTRACT §5), over the window.
+    """Where a batch's time goes (docs/contract.md §5), over the window.
 
     `fetch_ms` and `collate_ms` come from every batch a worker made (with `num_workers=0`, from one
     batch per 10 ms timed in the loop). `handoff_ms` and `wait_split` rest on the batches the probe
@@ -263,7 +263,7 @@ class StageFigures(_Figures, frozen=True, kw_only=True):
 
 
 class Verdict(_Figures, frozen=True, kw_only=True):
-    """One source's diagnosis (CONTRACT §4): what limits it, the figures that decided, what to do."""
+    """One source's diagnosis (docs/contract.md §4): what limits it, the figures that decided, what to do."""
 
     category: Category
     summary: str
@@ -312,8 +312,8 @@ class SourceFigures(_Figures, frozen=True, kw_only=True):
     window_s: NonNegative  # the time the window's reports cover
     dropped: Count  # reports lost on the way plus samples the probe dropped
     probe_cpu_fraction: NonNegative | None  # the shim's background thread, in cores
-    stages: StageFigures  # CONTRACT §5
-    # Keys added after schema 1's first release (CONTRACT §5) have defaults, so a document or
+    stages: StageFigures  # docs/contract.md §5
+    # Keys added after schema 1's first release (docs/contract.md §5) have defaults, so a document or
     # recording written before them still decodes.
     process: ProcessFigures = msgspec.field(default_factory=ProcessFigures)
     loop_stack: StackFigures | None = None  # while the loop is blocked in next() for a while
@@ -321,7 +321,7 @@ class SourceFigures(_Figures, frozen=True, kw_only=True):
     epoch_starts_ms: tuple[Milliseconds, ...] = ()  # recent epochs' first-batch latency
     rng: RngFigures = msgspec.field(default_factory=RngFigures)
     earlier_settings: tuple[SettingFigures, ...] = ()  # oldest first; the current one is not listed
-    # Every wait and step since the loader began (CONTRACT §8), None from a probe that does not
+    # Every wait and step since the loader began (docs/contract.md §8), None from a probe that does not
     # count them.
     wait_histogram: HistogramFigures | None = None
     step_histogram: HistogramFigures | None = None

@@ -3,7 +3,7 @@
     model = Model(window_s=3.0)
     model.ingest(message, received_at, endpoint)   # as messages arrive (cheap: a deque append)
     model.advance(now)                             # once per refresh: forget, diagnose, stabilize
-    doc = model.document()                         # the typed CONTRACT §3 document, as of `now`
+    doc = model.document()                         # the typed docs/contract.md §3 document, as of `now`
 
 `advance` is the only step with effects: it drops sources gone for good, diagnoses every source and
 steps the verdict stabilizer (whose persistence counts refreshes), then builds the `Document`.

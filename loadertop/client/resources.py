@@ -26,7 +26,7 @@ from typing import Final
 from loadertop import wire
 from loadertop.client.document import MemoryTrend, ProcessFigures
 
-HISTORY_S: Final = 1800.0  # memory trends look back this far (CONTRACT §5: "over minutes")
+HISTORY_S: Final = 1800.0  # memory trends look back this far (docs/contract.md §5: "over minutes")
 #: A process's first readings (start-up: imports, fork, the first batches) never count.
 WARMUP_SAMPLES: Final = 2
 #: Nor the first half of the time it has been watched (caches filling at the start).

@@ -2,7 +2,7 @@
 
 Thin: the checks and the injection live in `loadertop.attach` (this side) and
 `loadertop.probe.attach` (inside the target). Every failure is one line on stderr and its own
-exit code (`loadertop.attach.EXIT_*`, listed in the README).
+exit code (`loadertop.attach.EXIT_*`, listed in docs/attach.md).
 """
 
 from __future__ import annotations

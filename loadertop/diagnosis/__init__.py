@@ -36,7 +36,7 @@ Two layers of hysteresis keep a steady workload from flickering between categori
   `STABLE_SECONDS` over at least two), except the urgent ones (`stalled`, `memory_pressure`),
   which show at once.
 
-See the README ("How the bottleneck is named") for every threshold and the reason for it.
+See docs/diagnosis.md for the rules and docs/thresholds.md for every threshold and its reason.
 """
 
 from __future__ import annotations

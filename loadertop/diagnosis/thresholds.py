@@ -1,6 +1,6 @@
 """Every threshold of the diagnosis, in one module: the only place each is defined.
 
-The README ("Thresholds") repeats them with the reasons (a test checks its table against this
+docs/thresholds.md repeats them with the reasons (a test checks its table against this
 module), and the viewer derives its colour bands from them. Each rule
 (`loadertop.diagnosis.categories`) and the capacity model (`capacity`) read them from here.
 """
@@ -33,7 +33,7 @@ READY_WHEN_WAITING_LEAVE = 0.4  # margin: leave main_process_bound only below th
 # next in-order batch (the "ready" ones arrived out of order or sit in a worker's send buffer) or
 # starved of CPU by busy workers — the workers or the CPU are the limit, not the main process.
 LOOP_CPU_MAIN_BOUND_MIN = 0.25
-# Where stages are measured (CONTRACT §5) the split of the loop's wait decides, with the queue
+# Where stages are measured (docs/contract.md §5) the split of the loop's wait decides, with the queue
 # samples above as a check (see `_main_bound_evidence`): main-process-bound when at least this
 # share of the wait came after the batch was produced (receiving, unpickling, pin_memory,
 # in-order waiting).

@@ -61,7 +61,7 @@ VAL_SECONDS = 0.5
 class Phase(NamedTuple):
     name: str
     title: str  # what the viewer shows
-    expect: str  # the diagnosis category this phase should produce (CONTRACT §4)
+    expect: str  # the diagnosis category this phase should produce (docs/contract.md §4)
     num_workers: int
     sample: str  # dataset mode: "cheap" | "io" | "cpu"
     step_sleep_s: float  # the training step: time off the CPU (a GPU would be busy here) ...

@@ -1,8 +1,8 @@
-"""`loadertop export`: every discovered source as Prometheus metrics (CONTRACT §8).
+"""`loadertop export`: every discovered source as Prometheus metrics (docs/contract.md §8).
 
 A headless viewer — the same Subscriber and Model as the TUI — whose receive loop advances the
 model once a second and publishes the immutable `Document`. `collector.walk` maps a document to
-the series of CONTRACT §8, once: into prometheus_client's metric families (`collector.py`), and
+the series of docs/contract.md §8, once: into prometheus_client's metric families (`collector.py`), and
 into the scrape's text, written by prometheus_client per series and kept (`exposition.py`);
 the HTTP server (`server.py`) serves it on its own threads. Nothing is shared but that one
 reference, so a slow scrape never holds up receiving, and a scrape never sees a half-advanced

@@ -1,4 +1,4 @@
-"""The metrics of CONTRACT §8, built from one `Document` when Prometheus scrapes.
+"""The metrics of docs/contract.md §8, built from one `Document` when Prometheus scrapes.
 
 A `prometheus_client` custom collector: the registry calls `collect()` on the HTTP server's thread,
 which reads the latest document (an immutable object the receive loop replaces whole) and yields
@@ -83,7 +83,7 @@ class DocumentCollector(Collector):
 
 
 class Family:
-    """One metric family of CONTRACT §8: what prometheus_client is told about it."""
+    """One metric family of docs/contract.md §8: what prometheus_client is told about it."""
 
     __slots__ = ("index", "name", "kind", "help", "labels")
 
@@ -146,10 +146,10 @@ WORKER_CPU = _family(
     "batches over the window: near 1 it computes, near 0 it waits (storage, network, locks)",
     WORKER_LABELS)
 BOTTLENECK = _family(
-    "loadertop_bottleneck", "gauge", "The source's diagnosis (CONTRACT §4): 1 for the current "
+    "loadertop_bottleneck", "gauge", "The source's diagnosis (docs/contract.md §4): 1 for the current "
     "category, 0 for every other", (*SOURCE_LABELS, "category"))
 FINDING = _family(
-    "loadertop_finding", "gauge", "A pitfall found live (CONTRACT §5), 1 while listed; worker "
+    "loadertop_finding", "gauge", "A pitfall found live (docs/contract.md §5), 1 while listed; worker "
     "empty when about the whole loader, loader empty when about the machine", FINDING_LABELS)
 
 ValueSink = Callable[[Family, tuple[str, ...], float], None]
@@ -157,7 +157,7 @@ HistogramSink = Callable[[Family, tuple[str, ...], HistogramFigures], None]
 
 
 def walk(document: Document, value: ValueSink, histogram: HistogramSink) -> None:
-    """Every series of CONTRACT §8 for `document`, in the exposition's order within each family:
+    """Every series of docs/contract.md §8 for `document`, in the exposition's order within each family:
     `value(family, label values, value)` for a counter's or gauge's, `histogram(family, label
     values, figures)` for a histogram's. The one place that maps the document to metrics: the
     families below and the cached writer (`exposition.py`) both read it."""
@@ -216,7 +216,7 @@ def walk(document: Document, value: ValueSink, histogram: HistogramSink) -> None
 
 
 def families(document: Document) -> list[MetricFamily]:
-    """Every metric family of CONTRACT §8 for `document`, as prometheus_client's objects."""
+    """Every metric family of docs/contract.md §8 for `document`, as prometheus_client's objects."""
     made = [family.metric_family() for family in FAMILIES]
 
     def value(family: Family, labels: tuple[str, ...], v: float) -> None:

@@ -10,7 +10,7 @@ what limits throughput now; a finding names a pitfall, whatever the category):
 One module per kind (its detector, words and thresholds), collected below from one line each:
 `SOURCE_KINDS` (a source's, in the order they are listed: ties in severity and age keep it) and
 `MACHINE_KINDS` (the machine's). Every threshold is a named constant in its kind's module,
-documented in the README ("Findings").
+documented in docs/findings.md.
 
 How to add a finding kind:
 
@@ -50,7 +50,7 @@ from loadertop.findings import (
     worker_hung,
 )
 
-#: A finding whose condition no longer holds stays listed this long (CONTRACT §5: "and for a
+#: A finding whose condition no longer holds stays listed this long (docs/contract.md §5: "and for a
 #: while after"), so a hang that resolved or a death before the crash can still be read.
 LINGER_S: Final = 30.0
 

@@ -293,7 +293,7 @@ class InstrumentedDataLoader:
 
 
 def instrument(loader, *, name: str | None = None, endpoint: str | None = None):
-    """Wrap `loader` so every batch's wait is measured and published; see CONTRACT §1.
+    """Wrap `loader` so every batch's wait is measured and published; see docs/contract.md §1.
 
     `endpoint` overrides LOADERTOP_ENDPOINT for this process's publisher (the first call that
     starts the publisher decides). With LOADERTOP_DISABLE=1 the loader is returned untouched.

@@ -18,7 +18,7 @@ on a byte boundary the reader can decompress up to, so a recorder killed by SIGK
 the records of its last second, and the reader skips the torn tail with a note (the file is
 written with plain write(2) calls: the kernel keeps what was written when the process dies).
 Compression: a report is mostly small integers that repeat from one report to the next; deflate
-keeps an hour of one source at a few MB (README, "Recordings").
+keeps an hour of one source at a few MB (docs/recordings.md).
 """
 
 from __future__ import annotations

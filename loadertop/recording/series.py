@@ -203,7 +203,7 @@ def _one_source(source_id: str, documents: Sequence[Document]) -> SourceSeries:
 
 def _worker_batch_stats(worker: WorkerFigures | None) -> tuple[float | None, float | None]:
     """A worker's p50 and p95 fetch time per batch (getting the items): the figure the TUI's
-    workers table shows; collate_fn is its own stage (CONTRACT §5)."""
+    workers table shows; collate_fn is its own stage (docs/contract.md §5)."""
     if worker is None or worker.fetch_ms is None:
         return None, None
     return worker.fetch_ms.p50, worker.fetch_ms.p95

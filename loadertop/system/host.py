@@ -1,6 +1,6 @@
 """The machine's CPU, memory, swap and disk figures, sampled once a second by a background thread.
 
-`SystemSampler.sample()` returns the `system` part of the snapshot document (CONTRACT.md §3) plus a
+`SystemSampler.sample()` returns the `system` part of the snapshot document (docs/contract.md §3) plus a
 few extras (host, cores_available, cgroup, per-GPU details). Rates and percentages are deltas
 between two samples; the first sample has none to compare with and says so with None.
 

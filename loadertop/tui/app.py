@@ -32,17 +32,14 @@ from textual.widgets import Footer, Static
 from loadertop.client.document import Document, Source
 from loadertop.tui.theme import source_labels
 from loadertop.tui.widgets import (
+    MACHINE_PANELS,
     Banner,
-    CpuPanel,
-    DiskPanel,
     FindingsBar,
     FindingsScreen,
-    GpuPanel,
     HeaderBar,
     HelpScreen,
     History,
     LoaderPanel,
-    MemoryPanel,
     OverviewTable,
     Panel,
     WorkersTable,
@@ -167,10 +164,8 @@ class LoadertopApp(App[None]):
                 yield WorkersTable(id="workers")
                 yield OverviewTable(id="overview")
             with Vertical(id="machine"):
-                yield GpuPanel("GPU", id="gpu")
-                yield CpuPanel("CPU", id="cpu")
-                yield MemoryPanel("Memory", id="memory")
-                yield DiskPanel("Disk I/O", id="disk")
+                for panel in MACHINE_PANELS:
+                    yield panel(panel.TITLE, id=panel.ID)
         yield Static(id="too-small")
         yield Footer(compact=True, show_command_palette=False)
 

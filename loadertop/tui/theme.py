@@ -40,14 +40,14 @@ from loadertop.views.palette import severity_style as severity_style
 
 # --------------------------------------------------------------------------- colours
 
-#: Source states (CONTRACT §3) → colour of the state word; "crashed" is a finished source whose
+#: Source states (docs/contract.md §3) → colour of the state word; "crashed" is a finished source whose
 #: loop ended with an exception (`report.shown_state`).
 STATE_COLOURS: dict[str, str] = {"running": OK, "waiting": WARN, "stalled": f"bold {BAD}",
                                  "gone": BAD, "crashed": f"bold {BAD}"}
 
 # --------------------------------------------------------------------------- findings
 
-#: Each finding kind (CONTRACT §5) as the screen names it; the text report and the document keep
+#: Each finding kind (docs/contract.md §5) as the screen names it; the text report and the document keep
 #: the kind itself. A test checks the key set is `document.FINDING_KINDS`.
 FINDING_WORDS: dict[FindingKind, str] = {
     "worker_hung": "worker hung",

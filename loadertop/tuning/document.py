@@ -1,4 +1,4 @@
-"""The `loadertop tune --json` document (CONTRACT §6), schema `loadertop.tune/1`, as typed Structs.
+"""The `loadertop tune --json` document (docs/contract.md §6), schema `loadertop.tune/1`, as typed Structs.
 
 Like `loadertop.client.document`: frozen msgspec Structs, a field's definition order is its key order,
 the types carry the ranges, and a figure that cannot be known is None (JSON null). The contract's
@@ -33,7 +33,7 @@ class _Figures(msgspec.Struct, frozen=True, kw_only=True, gc=False):
 class TrialFigures(_Figures, frozen=True, kw_only=True):
     """One run of the program with one num_workers, measured after its warm-up."""
 
-    # ---- CONTRACT §6
+    # ---- docs/contract.md §6
     num_workers: Count | None  # None only for a program-own-setting trial that made no loader
     samples_per_s: NonNegative | None  # batches/s x batch size (batches/s when it is unknown)
     wait_fraction: Fraction | None
@@ -81,7 +81,7 @@ class UnsafeFigures(_Figures, frozen=True, kw_only=True):
 
 
 class TuneDocument(_Figures, frozen=True, kw_only=True):
-    # ---- CONTRACT §6
+    # ---- docs/contract.md §6
     schema: Literal["loadertop.tune/1"]
     command: str  # the command line, shell-quoted
     trials: tuple[TrialFigures, ...]

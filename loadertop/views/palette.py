@@ -52,7 +52,7 @@ class SeverityStyle(NamedTuple):
     word: str  # the findings list's heading word
 
 
-#: Each finding severity (CONTRACT §5) as the screen marks it; a test checks the key set is
+#: Each finding severity (docs/contract.md §5) as the screen marks it; a test checks the key set is
 #: `document.SEVERITIES`.
 SEVERITY_STYLES: dict[Severity, SeverityStyle] = {
     "critical": SeverityStyle("✖", BAD, "CRITICAL"),

@@ -37,7 +37,7 @@ from loadertop.client.units import (
 
 # --------------------------------------------------------------------------- where the time goes
 
-#: Why the probe paired no batch with the moment its worker produced it (CONTRACT §5
+#: Why the probe paired no batch with the moment its worker produced it (docs/contract.md §5
 #: `stages.unpaired`), as the screen and the report say it after "split unknown: ".
 UNPAIRED_WORDS = {
     "in_order_false": "in_order=False",
@@ -96,7 +96,7 @@ def time_shares(src: Source) -> TimeShares | None:
 
 def shown_state(src: Source) -> str:
     """The source's state as the screen and the report say it: "crashed" where an exception left
-    the loop's next() (`end.how`), else the document's `state` (CONTRACT §3)."""
+    the loop's next() (`end.how`), else the document's `state` (docs/contract.md §3)."""
     if src.end is not None and src.end.how == "crashed":
         return "crashed"
     return src.state

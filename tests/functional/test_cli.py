@@ -1,5 +1,5 @@
 """`loadertop --help`, `--version`, `snapshot --help` answer at once and never import torch
-(CONTRACT §2); neither do the viewer-side modules."""
+(docs/contract.md §2); neither do the viewer-side modules."""
 
 from __future__ import annotations
 

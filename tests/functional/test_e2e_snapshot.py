@@ -1,5 +1,5 @@
 """End to end: real training scripts in subprocesses, `loadertop snapshot --json` against them, and
-the figures checked against what each script knows it did (CONTRACT §2, §3; issue 2).
+the figures checked against what each script knows it did (docs/contract.md §2, §3; issue 2).
 
 The scenario fleet runs in parallel (each workload in its own process and LOADERTOP_DIR) and is
 snapshotted once, concurrently; the tests then check one scenario each.

@@ -1,4 +1,4 @@
-"""`loadertop export` scraped by a real Prometheus server (issue 13, CONTRACT §8).
+"""`loadertop export` scraped by a real Prometheus server (issue 13, docs/contract.md §8).
 
 A real instrumented job (tests/workloads/train.py), the real `loadertop export` watching its
 discovery directory, and the Debian package's `prometheus` started here on loopback with a 1 s

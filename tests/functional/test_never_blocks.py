@@ -1,4 +1,4 @@
-"""The shim never blocks or breaks training (CONTRACT §1): no viewer, a viewer frozen by SIGSTOP, a
+"""The shim never blocks or breaks training (docs/contract.md §1): no viewer, a viewer frozen by SIGSTOP, a
 viewer killed mid-run, a transport that cannot be set up. Only completion is asserted here;
 throughput with a frozen viewer is measured by tests/benchmarks/overhead.py."""
 

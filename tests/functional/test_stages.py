@@ -1,4 +1,4 @@
-"""Where the wait goes (CONTRACT §5 `stages`), end to end: real workloads with known costs per item
+"""Where the wait goes (docs/contract.md §5 `stages`), end to end: real workloads with known costs per item
 and per collate, real workers (fork and spawn), judged through `loadertop snapshot --json`."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""`loadertop.instrument(loader)` behaves exactly like `loader` (CONTRACT §1; issue 2).
+"""`loadertop.instrument(loader)` behaves exactly like `loader` (docs/contract.md §1; issue 2).
 
 Real DataLoaders with real worker processes, iterated in this process next to a plain twin built
 the same way: same batches in the same order (torch.equal), same len(), same attributes, same

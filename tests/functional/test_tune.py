@@ -1,4 +1,4 @@
-"""`loadertop tune` end to end (CONTRACT §6): real programs (`tests/workloads/tune_jobs.py`) in
+"""`loadertop tune` end to end (docs/contract.md §6): real programs (`tests/workloads/tune_jobs.py`) in
 real trials, nothing mocked.
 
 - the override reaches every loader (map-style with worker-only arguments, iterable, a subclass);

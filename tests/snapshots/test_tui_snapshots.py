@@ -99,7 +99,7 @@ def test_help(snap_compare, size):
                         run_before=keys("question_mark"))
 
 
-# --------------------------------------------------------------------------- findings (CONTRACT §5)
+# --------------------------------------------------------------------------- findings (docs/contract.md §5)
 
 
 @pytest.mark.parametrize("size", SIZES)

@@ -1,4 +1,4 @@
-"""`loadertop export` (issue 13, CONTRACT §8): the collector's output from known model states,
+"""`loadertop export` (issue 13, docs/contract.md §8): the collector's output from known model states,
 written by prometheus_client and parsed back with its own text parser; hostile label values;
 the listen address; the HTTP server over a real socket; the command's one-line errors.
 Against a real Prometheus server: tests/functional/test_export_prometheus.py."""

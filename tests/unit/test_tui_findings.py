@@ -1,4 +1,4 @@
-"""Findings and how a loop ended, on screen (CONTRACT §5): the lines under the banner and a hang's
+"""Findings and how a loop ended, on screen (docs/contract.md §5): the lines under the banner and a hang's
 stack, the list the `e` key opens, the marks in the workers table, the overview and the header,
 the loader panel's "crashed". Every document comes from real wire messages through the real model
 (`tests/fakes.py`), so the findings are the ones `loadertop.findings` really emits.

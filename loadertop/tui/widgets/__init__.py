@@ -29,8 +29,18 @@ from loadertop.tui.widgets.overview import OverviewTable
 from loadertop.tui.widgets.panel import MachinePanel, Panel
 from loadertop.tui.widgets.workers import WorkersTable
 
+#: The machine column, top to bottom: one line per panel. How to add a panel: a module here with a
+#: `MachinePanel` subclass (its `TITLE`, `ID`, `SERIES` and `lines`), its line below (and its name
+#: in the imports above); the layout in `loadertop.tcss` styles every panel by its class already.
+MACHINE_PANELS: tuple[type[MachinePanel], ...] = (
+    GpuPanel,
+    CpuPanel,
+    MemoryPanel,
+    DiskPanel,
+)
+
 __all__ = [
     "Banner", "CpuPanel", "DiskPanel", "FindingsBar", "FindingsScreen", "GpuPanel", "HeaderBar",
-    "HelpScreen", "History", "LoaderPanel", "LoaderSeries", "MachinePanel", "MachineSeries",
+    "HelpScreen", "History", "LoaderPanel", "LoaderSeries", "MACHINE_PANELS", "MachinePanel", "MachineSeries",
     "MemoryPanel", "OverviewTable", "Panel", "WorkersTable",
 ]

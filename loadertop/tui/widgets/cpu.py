@@ -13,6 +13,9 @@ from loadertop.tui.widgets.panel import MachinePanel
 
 
 class CpuPanel(MachinePanel):
+    TITLE = "CPU"
+    ID = "cpu"
+
     NAME = "CPU"
     TOTAL = MachineSeries("CPU total", lambda system: system.cpu_percent)
     SERIES = (TOTAL,)

@@ -15,6 +15,9 @@ LABEL_WIDTH = 8
 
 
 class DiskPanel(MachinePanel):
+    TITLE = "Disk I/O"
+    ID = "disk"
+
     NAME = "I/O"
     IOWAIT = MachineSeries("iowait", lambda system: system.iowait_percent)
     READ = MachineSeries("disk read", lambda system: system.disk_read_bytes_per_s)

@@ -1,4 +1,4 @@
-"""Findings (CONTRACT §5) on screen: the lines under the banner, and the list the `e` key opens.
+"""Findings (docs/contract.md §5) on screen: the lines under the banner, and the list the `e` key opens.
 
 Under the banner (`FindingsBar`), one line per finding of the shown source and of the machine,
 most severe first: the severity's mark in its colour, the kind in words, the worker, the summary.

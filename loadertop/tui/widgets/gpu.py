@@ -13,6 +13,9 @@ from loadertop.tui.widgets.panel import MachinePanel
 
 
 class GpuPanel(MachinePanel):
+    TITLE = "GPU"
+    ID = "gpu"
+
     NAME = "GPU"
     UTIL = MachineSeries("GPU util", lambda system: {g.index: g.util_percent for g in system.gpus})
     SERIES = (UTIL,)

@@ -11,6 +11,9 @@ from loadertop.tui.widgets.panel import MachinePanel
 
 
 class MemoryPanel(MachinePanel):
+    TITLE = "Memory"
+    ID = "memory"
+
     NAME = "Memory"
 
     def machine_lines(self, system: SystemFigures, width: int) -> list[Line]:

@@ -22,6 +22,9 @@ class Panel(LineWidget):
 
     #: The history series this panel graphs (collected by the app into its `History`).
     SERIES: ClassVar[tuple[Series, ...]] = ()
+    #: Its border title and DOM id (a machine panel is built from these: `MACHINE_PANELS`).
+    TITLE: ClassVar[str] = ""
+    ID: ClassVar[str] = ""
 
     def __init__(self, title: str = "", **kwargs: Any) -> None:
         super().__init__(**kwargs)
