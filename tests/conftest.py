@@ -77,23 +77,6 @@ def clean_env(directory: Path | str, **extra: str) -> dict:
     return env
 
 
-# The end-to-end tests that judge a CPU figure, a verdict read from one, or a wall-clock bound run
-# one at a time (`-m serial`): a neighbour's load would change what they measure. The rest run on two
-# processes (`-m "not serial" -n 2`, the README's test command).
-SERIAL_FILES = frozenset({
-    "test_advice_experiments.py", "test_demo.py", "test_e2e_diagnosis.py", "test_e2e_snapshot.py",
-    "test_findings_lifecycle.py", "test_findings_resources.py", "test_never_blocks.py",
-    "test_publisher_lifecycle.py", "test_quiet_start.py", "test_recording.py", "test_stages.py",
-    "test_tune.py",
-})
-
-
-def pytest_collection_modifyitems(config, items) -> None:
-    for item in items:
-        if item.path.name in SERIAL_FILES:
-            item.add_marker(pytest.mark.serial)
-
-
 # --------------------------------------------------------------------------- in-process publisher
 @pytest.fixture(scope="session", autouse=True)
 def _session_loadertop_dir():
