@@ -77,6 +77,51 @@ def clean_env(directory: Path | str, **extra: str) -> dict:
     return env
 
 
+# The end-to-end tests that judge a CPU figure, a verdict read from one, a rate or a wall-clock bound
+# run one at a time, after the rest (`-m serial`): a neighbour's load would change what they
+# measure. The rest run on two processes (`-m "not serial" -n 2`, the README's test command).
+# A file of tests/functional named with None: all its tests; else the tests named (those sharing a
+# module-scoped job: all of them, so that it starts once).
+_FLEET = frozenset({  # test_e2e_snapshot's `fleet`: CPU fractions, fetch times and rates
+    "test_every_document_has_the_contract_shape", "test_io_workers_pids_fetch_time_and_low_cpu_fraction",
+    "test_batch_counts_and_rate_match_the_script", "test_explicit_endpoint_sees_the_same_source",
+    "test_text_report_is_readable", "test_the_viewer_prints_the_report_once_or_when_not_on_a_terminal",
+    "test_cpu_burning_worker_has_high_cpu_fraction", "test_num_workers_zero_reports_the_loop_as_fetcher",
+    "test_killed_worker_shows_dead_with_signal_exit_code", "test_tcp_endpoint_from_env_and_pid_argument",
+})
+SERIAL: dict[str, frozenset[str] | None] = {
+    "test_advice_experiments.py": None,
+    "test_attach.py": frozenset({  # seen in a snapshot within 5 s of the attach
+        "test_attach_mid_epoch_measures_then_detaches_and_the_job_stays_its_own"}),
+    "test_demo.py": None,
+    "test_e2e_diagnosis.py": None,
+    "test_e2e_snapshot.py": _FLEET,
+    "test_export_prometheus.py": None,  # compute_bound, and the scraped rate within 10 %
+    "test_never_blocks.py": None,
+    "test_publisher_lifecycle.py": None,
+    "test_quiet_start.py": None,
+    "test_run.py": frozenset({"test_torchrun_two_ranks_are_two_sources_and_the_straggler_is_named"}),
+    "test_stage_pairing.py": frozenset({  # each fetch of 2 items of 3 ms within 5-20 ms
+        "test_single_process_loader_times_its_stages"}),
+    "test_stages.py": None,
+    "test_tune.py": frozenset({  # the trials' rates
+        "test_the_search_finds_a_known_knee",
+        "test_a_failing_trial_is_listed_the_rest_go_on_and_ctrl_c_prints_what_was_measured",
+        "test_an_iterable_that_every_worker_yields_whole_is_not_tuned",
+    }),
+}
+
+
+def pytest_collection_modifyitems(config, items) -> None:
+    for item in items:
+        # by its path: tests/unit has files of the same names (test_quiet_start.py)
+        if item.path.parent != TESTS / "functional" or item.path.name not in SERIAL:
+            continue
+        names = SERIAL[item.path.name]
+        if names is None or item.originalname in names:
+            item.add_marker(pytest.mark.serial)
+
+
 # --------------------------------------------------------------------------- in-process publisher
 @pytest.fixture(scope="session", autouse=True)
 def _session_loadertop_dir():
