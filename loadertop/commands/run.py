@@ -23,7 +23,7 @@ import sys
 # job is started with os.posix_spawnp (see _start).
 from loadertop import environment
 from loadertop.commands import UsageError
-from loadertop.launch import BOOTSTRAP_DIR, child_env, exit_status  # noqa: F401  (run's names)
+from loadertop.launch import child_env, exit_status
 
 # SIGUSR1/2: SLURM and Lightning use them to ask a job to checkpoint or requeue.
 FORWARDED = tuple(getattr(signal, name) for name in
