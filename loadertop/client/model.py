@@ -501,16 +501,21 @@ class Model:
     def _workers(last: wire.LoaderReport, window: _Window,
                  resources: ResourceHistory) -> tuple[WorkerFigures, ...]:
         out = []
+        window_workers = window.workers
         for w in last.workers:
             if w.pid is not None:
                 # The window's own lists: sorted here in place, the stages' union is the same.
-                sums = window.workers.get((w.id, w.pid)) or _WorkerSums()
-                fetch_us, collate_us = sums.fetch_us, sums.collate_us
-                batches, wall, cpu = sums.batches, sums.wall_ns, sums.cpu_ns
+                sums = window_workers.get((w.id, w.pid))
+                if sums is not None:
+                    fetch_us, collate_us = sums.fetch_us, sums.collate_us
+                    batches, wall, cpu = sums.batches, sums.wall_ns, sums.cpu_ns
+                else:
+                    fetch_us, collate_us = [], []
+                    batches = wall = cpu = 0
             else:  # no pid to tell its processes apart: all of this id's
                 fetch_us, collate_us = [], []
                 batches = wall = cpu = 0
-                for (wid, _), sums in window.workers.items():
+                for (wid, _), sums in window_workers.items():
                     if wid == w.id:
                         fetch_us += sums.fetch_us
                         collate_us += sums.collate_us
@@ -518,12 +523,15 @@ class Model:
                         wall += sums.wall_ns
                         cpu += sums.cpu_ns
             slow = resources.worker(w.id, w.pid)
+            cpu_percent, busy_ms = w.cpu_percent, w.busy_ms
             out.append(WorkerFigures(
                 id=w.id, pid=w.pid, alive=w.alive, exitcode=w.exitcode,
-                cpu_percent=_round(w.cpu_percent, 1), rss_bytes=w.rss_bytes, batches=batches,
+                cpu_percent=None if cpu_percent is None else round(cpu_percent, 1),
+                rss_bytes=w.rss_bytes, batches=batches,
                 fetch_ms=stats_of_us(fetch_us), collate_ms=stats_of_us(collate_us),
                 cpu_fraction=_ratio(cpu, wall),
-                busy_ms=_round(w.busy_ms, 1), stack=_stack(w.stack),
+                busy_ms=None if busy_ms is None else round(busy_ms, 1),
+                stack=None if w.stack is None else _stack(w.stack),
                 uss_bytes=slow.uss_bytes, pss_bytes=slow.pss_bytes, fds=slow.fds,
                 threads=slow.threads, uss_trend=slow.uss_trend, rss_trend=slow.rss_trend,
                 fetch_histogram=histogram_figures(w.fetch_histogram)))
@@ -541,10 +549,11 @@ class Model:
             producing += st.producing_ns
             handoff += st.handoff_ns
             handoff_us += st.handoff_us
-            fetch_us += st.fetch_us  # num_workers=0 only: the workers report theirs
-            collate_us += st.collate_us
-        if last.config.num_workers != 0:
-            fetch_us, collate_us = [], []
+        if last.config.num_workers == 0:
+            for st in staged:  # num_workers=0 only: the workers report theirs
+                fetch_us += st.fetch_us
+                collate_us += st.collate_us
+        else:
             for sums in window.workers.values():  # every worker process of the window
                 fetch_us += sums.fetch_us
                 collate_us += sums.collate_us
