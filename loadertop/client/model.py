@@ -205,8 +205,12 @@ class _WorkerSums:
 class _Window:
     """A source's reports received since `since`, walked once: the sums and sample lists that
     `Model.source_figures` reads (each figure used to walk the reports itself: ~25 passes a
-    source). The sample lists are fresh: `stats_of_us` may sort
-    them in place."""
+    source). The sample lists are fresh: `stats_of_us` may sort them in place.
+
+    Walked again at each refresh rather than kept as running sums: at the default refresh a report
+    stays in a few windows only, and adding and dropping each report from running sums, then
+    joining each worker's sample lists afresh, cost more than the walk (docs/performance.md, "The
+    TUI watching many sources")."""
 
     __slots__ = ("batches", "covered", "wait_ns", "wait_us", "step_us", "queue_samples",
                  "queue_ready_sum", "queue_in_flight_sum", "queue_waiting_samples",
