@@ -75,33 +75,60 @@ def percentile(sorted_values: Sequence[float], q: float) -> float:
     return sorted_values[lo] + (sorted_values[hi] - sorted_values[lo]) * (pos - lo)
 
 
+# Below this many µs, an integer count of µs divided by 1000.0 is already what round(·, 3)
+# gives back: the float nearest v/1000 lies within half an ulp of it (under 2**-11 for values
+# under 2**42 ms), so v/1000 is the 3-decimal number nearest to it.
+_EXACT_MS_BELOW_US = 4 * 10**15
+# For a sample count: the (low rank, high rank, fraction) of its 50th, 95th and 99th percentiles.
+_Rank = tuple[int, int, float]
+_RANKS: dict[int, tuple[_Rank, _Rank, _Rank]] = {}
+
+
+def _rank(last: int, q: int) -> _Rank:
+    pos = last * q / 100.0
+    lo = int(pos)
+    return lo, min(lo + 1, last), pos - lo
+
+
+def _ranks(n: int) -> tuple[_Rank, _Rank, _Rank]:
+    ranks = (_rank(n - 1, 50), _rank(n - 1, 95), _rank(n - 1, 99))
+    if len(_RANKS) < 4096:  # sample counts repeat; a bound all the same
+        _RANKS[n] = ranks
+    return ranks
+
+
 def stats_of_us(values: list[int]) -> Stats | None:
     """{mean, p50, p95, p99, max} in ms of samples in whole µs, or None without any (never a
     made-up 0). Sorts `values` in place, as ints (CPython 3.11 compares them without a method
-    call), and turns only the five figures into ms: 8.7 µs for 135 samples here, where making
-    and sorting the ms floats took 14.5 µs.
-    `percentile`'s interpolation is written out: a viewer watching 64 sources computes ~800 of
-    these a second, and they were ~40 % of a refresh in a profile (cProfile, 64 sources)."""
+    call), and turns only the five figures into ms.
+    `percentile`'s interpolation is written out, its ranks looked up by sample count, and a
+    percentile that falls on one sample is that sample in ms, unrounded (see
+    _EXACT_MS_BELOW_US): a viewer computes a dozen of these per source and refresh."""
     n = len(values)
     if not n:
         return None
     values.sort()
-    last = n - 1
+    top = values[-1]
+    (lo50, hi50, f50), (lo95, hi95, f95), (lo99, hi99, f99) = _RANKS.get(n) or _ranks(n)
+    exact = top < _EXACT_MS_BELOW_US
     # Interpolated between the two values in ms, as numpy does, to the same float bits.
-    pos = last * 50 / 100.0
-    lo = int(pos)
-    low = values[lo] / 1000.0
-    p50 = low + (values[min(lo + 1, last)] / 1000.0 - low) * (pos - lo)
-    pos = last * 95 / 100.0
-    lo = int(pos)
-    low = values[lo] / 1000.0
-    p95 = low + (values[min(lo + 1, last)] / 1000.0 - low) * (pos - lo)
-    pos = last * 99 / 100.0
-    lo = int(pos)
-    low = values[lo] / 1000.0
-    p99 = low + (values[min(lo + 1, last)] / 1000.0 - low) * (pos - lo)
-    return Stats(mean=round(sum(values) / n / 1000.0, 3), p50=round(p50, 3), p95=round(p95, 3),
-                 p99=round(p99, 3), max=round(values[last] / 1000.0, 3))
+    if f50 or not exact:
+        low = values[lo50] / 1000.0
+        p50 = round(low + (values[hi50] / 1000.0 - low) * f50, 3)
+    else:
+        p50 = values[lo50] / 1000.0
+    if f95 or not exact:
+        low = values[lo95] / 1000.0
+        p95 = round(low + (values[hi95] / 1000.0 - low) * f95, 3)
+    else:
+        p95 = values[lo95] / 1000.0
+    if f99 or not exact:
+        low = values[lo99] / 1000.0
+        p99 = round(low + (values[hi99] / 1000.0 - low) * f99, 3)
+    else:
+        p99 = values[lo99] / 1000.0
+    return Stats(mean=round(sum(values) / n / 1000.0, 3), p50=p50, p95=p95, p99=p99,
+                 max=top / 1000.0 if exact else round(top / 1000.0, 3))
 
 
 def _ratio(num: float, den: float, *, min_denominator: float = 0) -> float | None:
@@ -178,8 +205,12 @@ class _WorkerSums:
 class _Window:
     """A source's reports received since `since`, walked once: the sums and sample lists that
     `Model.source_figures` reads (each figure used to walk the reports itself: ~25 passes a
-    source). The sample lists are fresh: `stats_of_us` may sort
-    them in place."""
+    source). The sample lists are fresh: `stats_of_us` may sort them in place.
+
+    Walked again at each refresh rather than kept as running sums: at the default refresh a report
+    stays in a few windows only, and adding and dropping each report from running sums, then
+    joining each worker's sample lists afresh, cost more than the walk (docs/performance.md, "The
+    TUI watching many sources")."""
 
     __slots__ = ("batches", "covered", "wait_ns", "wait_us", "step_us", "queue_samples",
                  "queue_ready_sum", "queue_in_flight_sum", "queue_waiting_samples",
@@ -474,16 +505,21 @@ class Model:
     def _workers(last: wire.LoaderReport, window: _Window,
                  resources: ResourceHistory) -> tuple[WorkerFigures, ...]:
         out = []
+        window_workers = window.workers
         for w in last.workers:
             if w.pid is not None:
                 # The window's own lists: sorted here in place, the stages' union is the same.
-                sums = window.workers.get((w.id, w.pid)) or _WorkerSums()
-                fetch_us, collate_us = sums.fetch_us, sums.collate_us
-                batches, wall, cpu = sums.batches, sums.wall_ns, sums.cpu_ns
+                sums = window_workers.get((w.id, w.pid))
+                if sums is not None:
+                    fetch_us, collate_us = sums.fetch_us, sums.collate_us
+                    batches, wall, cpu = sums.batches, sums.wall_ns, sums.cpu_ns
+                else:
+                    fetch_us, collate_us = [], []
+                    batches = wall = cpu = 0
             else:  # no pid to tell its processes apart: all of this id's
                 fetch_us, collate_us = [], []
                 batches = wall = cpu = 0
-                for (wid, _), sums in window.workers.items():
+                for (wid, _), sums in window_workers.items():
                     if wid == w.id:
                         fetch_us += sums.fetch_us
                         collate_us += sums.collate_us
@@ -491,12 +527,15 @@ class Model:
                         wall += sums.wall_ns
                         cpu += sums.cpu_ns
             slow = resources.worker(w.id, w.pid)
+            cpu_percent, busy_ms = w.cpu_percent, w.busy_ms
             out.append(WorkerFigures(
                 id=w.id, pid=w.pid, alive=w.alive, exitcode=w.exitcode,
-                cpu_percent=_round(w.cpu_percent, 1), rss_bytes=w.rss_bytes, batches=batches,
+                cpu_percent=None if cpu_percent is None else round(cpu_percent, 1),
+                rss_bytes=w.rss_bytes, batches=batches,
                 fetch_ms=stats_of_us(fetch_us), collate_ms=stats_of_us(collate_us),
                 cpu_fraction=_ratio(cpu, wall),
-                busy_ms=_round(w.busy_ms, 1), stack=_stack(w.stack),
+                busy_ms=None if busy_ms is None else round(busy_ms, 1),
+                stack=None if w.stack is None else _stack(w.stack),
                 uss_bytes=slow.uss_bytes, pss_bytes=slow.pss_bytes, fds=slow.fds,
                 threads=slow.threads, uss_trend=slow.uss_trend, rss_trend=slow.rss_trend,
                 fetch_histogram=histogram_figures(w.fetch_histogram)))
@@ -514,10 +553,11 @@ class Model:
             producing += st.producing_ns
             handoff += st.handoff_ns
             handoff_us += st.handoff_us
-            fetch_us += st.fetch_us  # num_workers=0 only: the workers report theirs
-            collate_us += st.collate_us
-        if last.config.num_workers != 0:
-            fetch_us, collate_us = [], []
+        if last.config.num_workers == 0:
+            for st in staged:  # num_workers=0 only: the workers report theirs
+                fetch_us += st.fetch_us
+                collate_us += st.collate_us
+        else:
             for sums in window.workers.values():  # every worker process of the window
                 fetch_us += sums.fetch_us
                 collate_us += sums.collate_us
