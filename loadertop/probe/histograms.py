@@ -5,9 +5,12 @@ them in µs (`decimated_micros`); each in C where `probe/_hotpath.c` is built, e
 from __future__ import annotations
 
 import bisect
+from collections.abc import Callable
 
 from loadertop import wire
 
+_c_bucket_count: Callable[[tuple[int, ...], list[int], list[int]], int | None] | None
+_c_decimate_micros: Callable[[list[int], int], list[int] | None] | None
 try:  # the drain's bulk counting and the report's decimation in C (probe/_hotpath.c)
     from loadertop.probe._hotpath import bucket_count as _c_bucket_count
     from loadertop.probe._hotpath import decimate_micros as _c_decimate_micros
@@ -36,7 +39,8 @@ class BucketCounts:
         self.sum_ns += value_ns
 
     def histogram(self) -> wire.Histogram:
-        return wire.Histogram(counts=list(self.counts), sum_ns=max(0, self.sum_ns))
+        # arg-type: lists go out as tuples do (msgpack arrays), wire's types are as decoded
+        return wire.Histogram(counts=list(self.counts), sum_ns=max(0, self.sum_ns))  # type: ignore[arg-type]
 
 
 SORT_FROM = 64  # py_bucket_count: below this many values one bisect each is cheapest (~0.2 µs a

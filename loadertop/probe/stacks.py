@@ -34,13 +34,11 @@ import traceback
 from loadertop import wire
 
 # The worker's side lives in probe/worker.py, which a worker imports alone.
-from loadertop.probe.worker import (  # noqa: F401
-    STACK_AFTER_S,
-    STACK_MEMFD_NAME,
-    STACK_REFRESH_S,
-    STACK_SIGNAL,
-    stack_file_in,
-)
+from loadertop.probe.worker import STACK_AFTER_S as STACK_AFTER_S
+from loadertop.probe.worker import STACK_MEMFD_NAME as STACK_MEMFD_NAME
+from loadertop.probe.worker import STACK_REFRESH_S as STACK_REFRESH_S
+from loadertop.probe.worker import STACK_SIGNAL as STACK_SIGNAL
+from loadertop.probe.worker import stack_file_in as stack_file_in
 
 STACK_FILE_MAX_BYTES = 64 * 1024  # a C dump file is truncated past this
 _TAIL_BYTES = 32 * 1024  # the latest dump is within this much of the file's end
@@ -78,7 +76,8 @@ def make_stack(frames: list[tuple[str, int, str]], taken_at: float | None = None
             user = i
             break
     text = [f"{path}:{line} in {func}"[: wire.MAX_TEXT] for path, line, func in frames]
-    return wire.Stack(frames=text, user_frame=user,
+    # arg-type: lists go out as tuples do (msgpack arrays), wire's types are as decoded
+    return wire.Stack(frames=text, user_frame=user,  # type: ignore[arg-type]
                       taken_at=time.time() if taken_at is None else taken_at)
 
 
@@ -150,7 +149,7 @@ def is_worker_stack_file(path: str, pid: int, stack_dir: str | None) -> bool:
     """`path` is what `arm_stack_dump` makes for `pid`: its memfd, or its file in `stack_dir`."""
     if re.fullmatch(rf"/proc/{pid}/fd/\d{{1,9}}", path):
         return True
-    return bool(stack_dir) and path == stack_file_in(stack_dir, pid)
+    return bool(stack_dir and path == stack_file_in(stack_dir, pid))
 
 
 MAX_FDS_SEARCHED = 4096  # a worker's open files looked at for its memfd, lowest numbers first
