@@ -19,6 +19,7 @@ from loadertop.probe.publisher import get_publisher, warn_once
 from loadertop.probe.record import LOOP_CPU_SAMPLE_NS, LoaderRecord
 from loadertop.probe.worker import WorkerHook
 
+_hotpath: types.ModuleType | None
 try:  # the C hot path: built by setup.py on Linux; optional, so an install without a compiler
     from loadertop.probe import _hotpath  # works, on the pure-Python one
 except ImportError:  # pragma: no cover - CI fails where it is missing (test_hotpath)
@@ -135,7 +136,8 @@ def _iterator_classes(stamper: type) -> tuple[type, type]:
                 fetch = probe.fetch_end - probe.fetch_start - collate
                 produced = probe.fetch_end - t0
             self._rec.loop_samples.append((t1 - t0, c1 - c0, fetch, collate, produced))
-            self.next_sample = t1 + LOOP_CPU_SAMPLE_NS
+            # A slot of the hot path's class (`stamper`), a base mypy cannot see through.
+            self.next_sample = t1 + LOOP_CPU_SAMPLE_NS  # type: ignore[misc]
             return batch
 
     return _InstrumentedIterator, _SingleProcessIterator
@@ -279,7 +281,7 @@ class InstrumentedDataLoader:
         delattr(self._lt_loader, name)
 
     # `isinstance(wrapped, DataLoader)` stays true, as frameworks check it (wrapt does the same).
-    @property
+    @property  # type: ignore[misc]  # read-only here: assigning a wrapper's class is not meant
     def __class__(self):
         return type(self._lt_loader)
 

@@ -47,9 +47,11 @@ def install(module, environ: Mapping[str, str] = os.environ) -> bool:
     __init__.__name__ = original.__name__
     __init__.__qualname__ = getattr(original, "__qualname__", "DataLoader.__init__")
     __init__.__doc__ = original.__doc__
-    __init__.__wrapped__ = original  # inspect.signature(DataLoader) still shows torch's own
-    __init__._loadertop_original = original
-    cls.__init__ = __init__
+    # Torch's class is patched at run time: attributes and methods mypy takes as fixed.
+    # inspect.signature(DataLoader) still shows torch's own through __wrapped__.
+    __init__.__wrapped__ = original  # type: ignore[attr-defined]
+    __init__._loadertop_original = original  # type: ignore[attr-defined]
+    cls.__init__ = __init__  # type: ignore[misc]
     return True
 
 
@@ -59,7 +61,7 @@ def uninstall(module) -> None:
     current = cls.__dict__.get("__init__") if isinstance(cls, type) else None
     original = getattr(current, "_loadertop_original", None)
     if original is not None:
-        cls.__init__ = original
+        cls.__init__ = original  # type: ignore[misc]
 
 
 def overridden_arguments(signature: inspect.Signature, args: tuple, kwargs: dict,

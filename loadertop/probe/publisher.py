@@ -30,6 +30,7 @@ import threading
 import time
 import weakref
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from loadertop import discovery, endpoints, environment, wire
 from loadertop.probe import torch_internals
@@ -45,6 +46,10 @@ from loadertop.probe.cadence import (
 from loadertop.probe.inbox import WorkerInbox
 from loadertop.probe.record import LoaderRecord
 from loadertop.probe.resources import RESOURCE_S, ResourceSampler
+
+if TYPE_CHECKING:
+    from loadertop.probe.system_feed import SystemFeed
+    from loadertop.remote import CurveServer
 
 # On a subscription the system sampler is read at once to start its rates (its figures are
 # deltas between two readings); the first figures go out at a 1 Hz tick at least this long after.
@@ -150,7 +155,7 @@ class Publisher:
         self.endpoint = self.requested_endpoint or f"ipc://{self.directory}/{self.pid}.sock"
         # The workers' samples: a SOCK_SEQPACKET socket's path (probe/inbox.py), not ZeroMQ.
         self.worker_endpoint: str | None = f"{self.directory}/{self.pid}-workers.sock"
-        self.entry_path = None
+        self.entry_path: Path | None = None
         self.failed: str | None = None
         self.subscriptions = 0  # subscriptions held now (XPUB_VERBOSE/VERBOSER report each)
         self._stop = threading.Event()
@@ -161,8 +166,8 @@ class Publisher:
         self._ready = threading.Event()
         self._send_now = False
         self._thread: threading.Thread | None = None
-        self._system = None  # loadertop.probe.system_feed.SystemFeed, once a viewer subscribed
-        self._curve = None  # loadertop.remote.CurveServer when LOADERTOP_CURVE_SECRET is set
+        self._system: SystemFeed | None = None  # once a viewer subscribed
+        self._curve: CurveServer | None = None  # when LOADERTOP_CURVE_SECRET is set
         self._resources = ResourceSampler()
         self._viewer_tools = False  # psutil and the machine's sampler loaded (see _loading)
         self.stack_dir: str | None = None  # set at start when the directory can be made
@@ -314,7 +319,7 @@ class Publisher:
     def _remove_files(self) -> None:
         if self.pid != os.getpid():
             return
-        paths = [self.entry_path]
+        paths: list[str | Path | None] = [self.entry_path]
         if self.endpoint and self.endpoint.startswith(f"ipc://{self.directory}/"):
             paths.append(self.endpoint[len("ipc://"):])
         if self.worker_endpoint and self.worker_endpoint.startswith(f"{self.directory}/"):
@@ -368,7 +373,8 @@ class Publisher:
                 print(f"loadertop: publishing loader figures on {self.endpoint}, reachable beyond "
                       f"this machine", file=sys.stderr, flush=True)
             try:
-                inbox = WorkerInbox(self.worker_endpoint)
+                # Set: start() returns before this thread is started wherever it is None.
+                inbox = WorkerInbox(self.worker_endpoint)  # type: ignore[arg-type]
             except OSError:
                 inbox = None
                 self.worker_endpoint = None

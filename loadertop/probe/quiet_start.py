@@ -31,9 +31,13 @@ Left as it is:
 from __future__ import annotations
 
 import gc
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+_T = TypeVar("_T")
 
 
-def call(start, *args):
+def call(start: Callable[..., _T], *args: Any) -> _T:
     """`start(*args)`, its allocations not counted towards the next full collection."""
     try:
         quiet = gc.isenabled() and gc.get_freeze_count() == 0

@@ -28,14 +28,14 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable
-from typing import Final
+from typing import Any, Final
 
 from loadertop import environment, wire
 
 # psutil, given by the publisher thread when a viewer first subscribes (publisher._loading):
 # only a viewer reads these figures (and the workers' CPU and RSS in worker_resources.py, which reads this
 # name too), and a program nobody watches does not import it.
-psutil = None  # type: ignore[assignment]
+psutil: Any = None  # the module, once given (it has no type information)
 
 
 def use_psutil(module) -> None:
@@ -94,7 +94,7 @@ class ResourceSampler:
         self._main_uss_s = main_uss_s
         self._clock = clock
         self._cpu_clock = cpu_clock
-        self._procs: dict[int, object] = {}  # pid -> psutil.Process
+        self._procs: dict[int, Any] = {}  # pid -> psutil.Process
         self._uss_due = float("-inf")  # monotonic time from which a round may read USS/PSS
         self._round_at = float("-inf")
         self._round_full = False
@@ -138,9 +138,10 @@ class ResourceSampler:
                                             rss_bytes=r.rss, fds=r.fds, threads=r.threads))
         if full and self._share > 0:
             self._uss_due = self._round_at + max(self._interval, self._round_cost / self._share)
+        # arg-type: lists go out as tuples do (msgpack arrays), wire's types are as decoded
         return wire.ResourceReport(sampled_at=time.time(), rss_bytes=main.rss,
                                    uss_bytes=main.uss, fds=main.fds, fd_limit=limit,
-                                   threads=main.threads, workers=out)
+                                   threads=main.threads, workers=out)  # type: ignore[arg-type]
 
     def _new_round(self, now: float) -> None:
         # Forget the processes the last round did not ask for (ended workers, old epochs).

@@ -60,7 +60,7 @@ def _str(value: str) -> bytes:
     return _pack(">BI", 0xDB, n) + data
 
 
-def _value(value) -> bytes:
+def _value(value: object) -> bytes:
     if value is None:
         return b"\xc0"
     if value is True:
@@ -79,7 +79,7 @@ def _value(value) -> bytes:
     raise TypeError(f"not a worker message field: {type(value).__name__}")
 
 
-def _array(items: tuple) -> bytes:
+def _array(items: tuple[object, ...]) -> bytes:
     n = len(items)  # at most 14 here: a fixarray
     return bytes((0x90 | n,)) + b"".join(_value(v) for v in items)
 

@@ -62,6 +62,10 @@ import time
 # stdlib only (a forked worker has them from its parent; a spawned one imports just these)
 from loadertop.probe import rng, sample_codec
 
+TYPE_CHECKING = False  # not typing's: a worker imports this module alone, and little else
+if TYPE_CHECKING:
+    import socket
+
 _perf_ns = time.perf_counter_ns
 _cpu_ns = time.process_time_ns  # all threads of the worker: a dataset may decode in a pool
 
@@ -92,7 +96,7 @@ class _Sender:
         self.source = source
         self.worker_id = worker_id
         self.pid = os.getpid()
-        self.socket = None
+        self.socket: socket.socket | None = None
         self.failed = False  # no transport at all: everything is counted as dropped
         self.pending: list = []  # ("sample", fields) / ("start", digests), in order
         self.dropped = 0
@@ -166,7 +170,8 @@ class _Sender:
             self.dropped += 1
             return
         try:
-            self.socket.send(self._encode(kind, payload), self._flags)
+            # Only once connected (connect, flush); a None here raises, which is counted.
+            self.socket.send(self._encode(kind, payload), self._flags)  # type: ignore[union-attr]
         except Exception:  # full (EAGAIN), or the main process gone (EPIPE): count, never raise
             self.dropped += 1
 
@@ -357,8 +362,9 @@ def _install_fetch_timing(sender: _Sender) -> bool:
                         False, tensors, tensor_bytes)
             return data
 
-        timed_fetch._loadertop_timed = True
-        cls.fetch = timed_fetch
+        # The fetcher class is patched in the worker: attributes mypy does not expect there.
+        timed_fetch._loadertop_timed = True  # type: ignore[attr-defined]
+        cls.fetch = timed_fetch  # type: ignore[method-assign]
     return True
 
 
@@ -408,7 +414,7 @@ def _start(hook: WorkerHook, worker_id: int) -> None:
     # Resetting it to SIG_DFL here, as this hook once did, replaced torch's handler: a program
     # exiting with a live iterator then printed "DataLoader worker (pid N) is killed by signal:
     # Terminated" from atexit (12 in 20 runs here, 0 in 20 plain).
-    sender = _Sender(hook.endpoint, hook.source, worker_id)
+    sender = _Sender(hook.endpoint, hook.source, worker_id)  # type: ignore[arg-type]  # set: see __call__
     sender.deferred = True
     if hook.user_init_fn is None:
         sender.no_init_fn = True
