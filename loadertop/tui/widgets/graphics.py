@@ -80,8 +80,8 @@ def sparkline_rows(values: Iterable[float | None], width: int, height: int,
     rows = []
     for r in range(height - 1, -1, -1):  # r: the row's index from the bottom
         chars = []
-        for level in levels:
-            fill = -1 if level is None else level - r * 8
+        for eighths in levels:
+            fill = -1 if eighths is None else eighths - r * 8
             chars.append(" " if fill <= 0 else "█" if fill >= 8 else SPARK_CHARS[fill - 1])
         rows.append(pad + "".join(chars))
     return rows
