@@ -23,6 +23,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 from loadertop import discovery
 from loadertop.attach import AttachError, bootstrap
@@ -61,7 +62,7 @@ def uses_remote_exec(target: Target) -> bool:
     return hasattr(sys, "remote_exec") and tuple(target.version[:2]) == sys.version_info[:2]
 
 
-def run(target: Target, mode: str, params: dict, timeout: float) -> dict:
+def run(target: Target, mode: str, params: dict[str, Any], timeout: float) -> dict[str, Any]:
     """Have the target run the bootstrap in `mode` ("attach" / "detach"); its result dict (with
     "ok"), plus "stopped_ms" (how long gdb held the process stopped) when gdb was used."""
     pid = target.pid
@@ -204,13 +205,14 @@ def _gdb_error(pid: int, kind: str, message: str) -> AttachError:
     return AttachError("failed", f"gdb could not {where} pid {pid}: {message}")
 
 
-def _wait(pid: int, script: Path, result_path: Path, timeout: float) -> dict:
+def _wait(pid: int, script: Path, result_path: Path, timeout: float) -> dict[str, Any]:
     deadline = time.monotonic() + timeout
     claimed = False
     while True:
         if result_path.exists():
             try:
-                return json.loads(result_path.read_text())
+                result: dict[str, Any] = json.loads(result_path.read_text())
+                return result
             except (OSError, ValueError):
                 pass  # replaced atomically: cannot be half-written; an odd error, retry once more
         if state(pid) != "running":
