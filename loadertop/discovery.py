@@ -133,8 +133,8 @@ class EntryCache:
 
     An entry's file is read again only when its (inode, size, mtime) changed, and a listed
     process's liveness (psutil: its start time and state) is read again every ALIVE_RECHECK_S
-    rather than at each look: with 32 processes the full listing cost ~7 ms here, 0.7 % of a
-    core at one look a second. A process that exits removes its file, which the next look sees;
+    rather than at each look: the full listing's cost grows with the processes listed
+    (docs/performance.md). A process that exits removes its file, which the next look sees;
     only one killed without removing it stays listed up to ALIVE_RECHECK_S longer (its socket
     has gone quiet by then, which is what marks its sources gone)."""
 

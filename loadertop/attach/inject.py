@@ -34,7 +34,7 @@ GDB_SCRIPT = Path(__file__).with_name("gdb_script.py")
 # (gdb_script.py says why); the features are gdb's own (gdb/features/i386/64bit-*.xml).
 SSE_ONLY_TDESC = Path(__file__).with_name("x86-64-sse.xml")
 BOOTSTRAP_SOURCE = Path(bootstrap.__file__)
-GDB_TIMEOUT_S = 60.0  # gdb itself: startup, attach, two calls, detach (~1 s here under load)
+GDB_TIMEOUT_S = 60.0  # gdb itself: startup, attach, two calls, detach; generous for a loaded machine
 CLAIMED_GRACE_S = 30.0  # the bootstrap started in time: let it finish (imports, bind)
 POLL_S = 0.02
 GDB_SETTINGS = (
@@ -42,8 +42,9 @@ GDB_SETTINGS = (
     "set auto-load off",  # nor run libpython's gdb extensions
     "set auto-solib-add off",  # nor read libtorch's symbol tables: the addresses are known
     # gdb reads libc's symbols whatever auto-solib-add says (for thread debugging), and with its
-    # separate debug info that alone kept the target stopped ~0.4 s here: no debug files, and no
-    # libthread_db (gdb's ptrace attach stops every thread of /proc/PID/task without it).
+    # separate debug info that alone kept the target stopped longest (docs/performance.md): no
+    # debug files, and no libthread_db (gdb's ptrace attach stops every thread of /proc/PID/task
+    # without it).
     "set debug-file-directory /nonexistent-loadertop",
     "set libthread-db-search-path /nonexistent-loadertop",
     "set unwindonsignal on",  # a signal inside a called function unwinds it, the thread intact

@@ -22,8 +22,8 @@ RCVHWM = 10000
 RESCAN_S = 1.0  # how often the discovery directory is looked at for new processes
 # ... and how often while no process is connected yet: a viewer started before the job (a script
 # or CI starting both at once; `snapshot --seconds 4`) connects within 0.1 s of its registering,
-# not up to 1 s later. A look at a directory with no live entry is ~12 us here (3 stale ones:
-# ~32 us): 0.03 % of a core at 10 Hz.
+# not up to 1 s later. A look at a directory with no live entry is cheap enough to make at 10 Hz
+# (docs/performance.md).
 EMPTY_RESCAN_S = 0.1
 MAX_FRAMES_PER_POLL = 5000  # bound one poll's work so the UI stays responsive under a flood
 

@@ -40,7 +40,7 @@ if TYPE_CHECKING:
 
 JOB_MODULE = "loadertop.examples.demo_train"
 STOP_GRACE_S = 5.0  # SIGTERM, then this long for the job to stop its workers, then SIGKILL
-STARTUP_TIMEOUT_S = 60.0  # --once: no data by then is an error (torch imports in ~1.5 s here)
+STARTUP_TIMEOUT_S = 60.0  # --once: no data by then is an error (importing torch takes seconds)
 # The job's exit codes after we stopped it: its SIGTERM handler exits 128 + 15; killed: -15 / -9.
 STOPPED_CODES = (0, 128 + signal.SIGTERM, -signal.SIGTERM, -signal.SIGKILL)
 

@@ -19,8 +19,8 @@ import sys
 
 # Only what every `run` needs is imported here: `run` starts before the job and waits for it, so
 # its own start-up is added to every job's (discovery's dataclasses and pathlib, socket and
-# subprocess cost ~14 ms of the ~40 it took here); the rest is imported where it is used, and the
-# job is started with os.posix_spawnp (see _start).
+# subprocess were a third of it: docs/performance.md); the rest is imported where it is used, and
+# the job is started with os.posix_spawnp (see _start).
 from loadertop import environment
 from loadertop.commands import UsageError
 from loadertop.launch import child_env, exit_status
@@ -169,8 +169,8 @@ def torch_warning(command: list[str], env: dict[str, str]) -> str | None:
 
 def _importable(name: str) -> bool:
     """importlib.util.find_spec(name) is not None, for a top-level name, without importing
-    importlib.util (and contextlib with it: ~6 ms of `run`'s start-up outside an editable
-    install, whose finder imports them anyway)."""
+    importlib.util (and contextlib with it, a part of `run`'s start-up outside an editable
+    install, whose finder imports them anyway: docs/performance.md)."""
     if name in sys.modules:
         return True
     for finder in sys.meta_path:
@@ -223,7 +223,8 @@ def _start(command: list[str], env: dict[str, str],
     """(pid, None), or (None, the exit code a shell would give) for a command it cannot run.
 
     posix_spawn, not subprocess: `run` starts before the job and its own start-up is the job's
-    (subprocess, with selectors and threading, was ~4 of the launcher's imports' ~8 ms here).
+    (subprocess, with selectors and threading, was half of the launcher's imports:
+    docs/performance.md).
     The child gets the signal mask `run` had before blocking (`sigmask`) and SIGPIPE and SIGXFSZ
     back at their defaults (Python ignores them; subprocess's restore_signals does the same).
     Descriptors: Python opens its own close-on-exec, so the child gets what `run` was given."""

@@ -103,8 +103,8 @@ def _iterator_classes(stamper: type) -> tuple[type, type]:
 
     class _SingleProcessIterator(_InstrumentedIterator):
         """num_workers=0: the loop itself fetches, so at most once per LOOP_CPU_SAMPLE_NS one batch
-        is measured in detail — its fetch CPU time (a thread CPU-clock read is a syscall, ~0.8 µs
-        here) and its stages: for that one batch `_StageProbe` stands in for the iterator's
+        is measured in detail — its fetch CPU time (a thread CPU-clock read is a syscall: too dear
+        for every batch) and its stages: for that one batch `_StageProbe` stands in for the iterator's
         fetcher. Every other batch takes the plain hot path."""
 
         __slots__ = ()
@@ -167,7 +167,7 @@ class _StageProbe:
     put back right after. Only the values of attributes those objects already have are replaced:
     adding a `fetch` attribute to the fetcher instead (this probe's first form) left the fetcher's
     attribute dict changed after it was popped again, and every later batch of that iterator
-    paid for it (~500 ns a batch through TensorDataset, batch_size=1, CPython 3.11). The fetcher's
+    paid for it (CPython 3.11: docs/performance.md). The fetcher's
     own `fetch` and the user's `collate_fn` each run once; results and exceptions pass through.
     """
 
@@ -238,10 +238,9 @@ def instrumented_iter(loader, record: LoaderRecord, endpoint: str | None, origin
 def _generators_for_fork(loader, user_init_fn) -> list | None:
     """The random generators reachable from the dataset, found here, before torch forks the
     workers, so that a forked worker reads their states without walking the dataset itself (a
-    first touch there of everything the walk reads: ~110 µs a worker on the way to its first
-    batch). Here it costs ~90 µs and ~28 page faults by median for a dataset of a few
-    attributes, in a loop of 2-worker epochs (each fork leaves the parent's pages to be copied
-    at their next write; ~7-10 µs warm): about one worker's saving, paid once, not in each.
+    first touch there of everything the walk reads, on the way to its first batch). Here it
+    costs about what one worker saves (each fork leaves the parent's pages to be copied at their
+    next write; docs/performance.md: the walk in each), paid once, not in each.
     Only where that holds (rng.capture's `untouched`): workers forked, and no worker_init_fn of
     the program, which could make generators of its own; and only when this iter() starts
     workers (torch 2.13 resets a persistent iterator's workers: they ran their hook when they

@@ -7,9 +7,9 @@ loader every REPORT_S on an XPUB socket. XPUB lets it see a viewer subscribe and
 report at once, so a late joiner needs no wait. Sends are NOBLOCK onto a bounded HWM: a slow,
 frozen or dead viewer costs dropped messages (visible as sequence gaps), never a blocked loop.
 
-What the thread costs is mostly its wake-ups: on a 2-core VM each one costs ~125-200 µs of this
-thread's CPU however little it does (timer, scheduler, GIL, cold caches), against a goal of
-<= 0.5 % of a core. So all periodic work sits on one grid (every SLOW_S tick is a REPORT_S tick
+What the thread costs is mostly its wake-ups: each one costs this thread CPU however little it
+does (timer, scheduler, GIL, cold caches; docs/performance.md gives the figure and the goal). So
+all periodic work sits on one grid (every SLOW_S tick is a REPORT_S tick
 is a sample tick); queues are sampled in proportion to the batch rate; the workers' samples are
 read in bulk before each report instead of waking the thread once per batch; and the only
 wake-up off the grid is a viewer subscribing.
@@ -56,7 +56,7 @@ if TYPE_CHECKING:
 SYSTEM_MIN_GAP_S = 0.2
 RETIRE_AFTER_S = 10.0  # a loader garbage-collected this long ago says goodbye and stops reporting
 SNDHWM = 1000
-WORKER_RCVHWM = 10000  # workers' samples read at most at once (REPORT_S apart): 40k/s
+WORKER_RCVHWM = 10000  # workers' samples read at most at once: this many per REPORT_S
 REUSE_WAIT_S = 0.05  # how long a loader re-made under a dropped one's name waits for it to go
 CLOSE_LINGER_MS = 200  # at exit, let the goodbye messages leave, but never hold exit longer
 
@@ -78,12 +78,12 @@ def warn_once(message: str) -> None:
 
 # What only a viewer needs (psutil for the workers' CPU and memory and for the slow readings, the
 # machine's sampler, NVML's dlopen) is loaded by the publisher thread when the first viewer
-# subscribes: a program nobody watches never pays for it (psutil and the system sampler were
-# ~12 of the ~40 ms the probe's start took at a first loader here). An import or a dlopen on a
+# subscribes: a program nobody watches never pays for it (psutil and the system sampler were a
+# good part of the probe's start at a first loader: docs/performance.md). An import or a dlopen on a
 # thread while another thread forks leaves its lock held in the child, which then deadlocks at
 # its own import of that module (seen with `import zmq` in a forked DataLoader worker); so a
 # fork waits, in os.register_at_fork's `before`, until that loading is done (at most once per
-# process, for ~12 ms, and only if a fork comes exactly then).
+# process, for as long as that loading takes, and only if a fork comes exactly then).
 _loading = threading.Lock()
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(before=_loading.acquire, after_in_parent=_loading.release,
@@ -161,7 +161,7 @@ class Publisher:
         self._stop = threading.Event()
         # A pipe the thread's poll also waits on, so that close() wakes it at once: it sleeps up
         # to REPORT_S in zmq's poll, which a threading.Event cannot interrupt, and at exit that
-        # wait was on average half of it (measured 22-236 ms of `close()` at the end of a job).
+        # wait was on average half of it (docs/performance.md: close() at the end of a job).
         self._wake: tuple[int, int] | None = None
         self._ready = threading.Event()
         self._send_now = False
@@ -404,7 +404,7 @@ class Publisher:
     def _loop(self, zmq, pub, inbox) -> None:
         # Only the XPUB is polled (a viewer subscribing is answered at once). The workers' inbox
         # is read before each report instead: polling it woke this thread once per batch of every
-        # multi-worker loader (~100 µs of CPU per wake-up here: 9 % of a core at 900 batches/s).
+        # multi-worker loader, at a wake-up's cost each (docs/performance.md).
         poller = zmq.Poller()
         poller.register(pub, zmq.POLLIN)
         if self._wake is not None:
@@ -454,7 +454,7 @@ class Publisher:
                 for record in records:
                     record.sample_workers()
                 if watched and now >= next_resources:
-                    # The slow readings (USS/PSS ~1.3 ms a process here, fds, threads): every
+                    # The slow readings (USS/PSS, the costly part; fds, threads): every
                     # RESOURCE_S and only for a viewer, on this thread, never the training one.
                     # on the 1 s grid: the tick at RESOURCE_S from now, not the one after it
                     next_resources = now + round(RESOURCE_S * 1e9) - slow_ns // 2

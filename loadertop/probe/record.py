@@ -89,8 +89,9 @@ class LoaderRecord(StampDrain, StagePairing, QueueSampling, WorkerResources, Han
         `started_ns` is when that __iter__ began (the workers start inside it).
 
         This runs right after torch forked the epoch's workers, where every page of this process
-        the loop's thread writes first is copied (a page fault each: ~87 of them and 0.38 ms here
-        when this read the workers' pids and the loader's settings itself). So it keeps to
+        the loop's thread writes first is copied (a page fault each; docs/performance.md,
+        "recording the epoch", when this read the workers' pids and the loader's settings itself).
+        So it keeps to
         references and appends: the settings are read before the fork (`refresh_config`), and the
         workers' pids on the publisher thread (`_resolve_epochs`), from torch's own list of the
         epoch's Process objects, which stays readable after a worker dies or the iterator goes."""

@@ -2,17 +2,17 @@
 
 Every `RESOURCE_S`, while a viewer is subscribed, the publisher calls `ResourceSampler.sample`
 with the current epoch's (worker id, pid) pairs. Per process: RSS, open file descriptors (the
-entries of ``/proc/PID/fd``) and threads, and for the main process the soft ``RLIMIT_NOFILE``:
-~0.35 ms a process (1.0–1.3 ms measured for a main process and two workers).
+entries of ``/proc/PID/fd``) and threads, and for the main process the soft ``RLIMIT_NOFILE``
+(their cost per process: docs/performance.md).
 
 USS and PSS (psutil ``memory_full_info``, the kernel's ``/proc/PID/smaps_rollup``) are the dear
-part: the kernel visits every resident page to tell private from shared, ~140 ns a page on a
-2-core VM (8 ms for a process that imported torch, 224 MiB resident; a worker of a 10 GiB
-in-memory dataset would cost ~0.4 s). So they are read only as often as `USS_CPU_SHARE` of one
+part: the kernel visits every resident page to tell private from shared, so their cost grows with
+the resident size (a worker of a large in-memory dataset pays most; docs/performance.md). So they
+are read only as often as `USS_CPU_SHARE` of one
 core allows: after a round of them the next waits ``cost / USS_CPU_SHARE`` (at least
 `RESOURCE_S`); the rounds in between report them as None. The kernel does the work inside
-``read()``, with the GIL released (a thread reading it nonstop left a counting loop in the
-main thread 79 % of its pace on 2 busy cores): the training thread is not held up.
+``read()``, with the GIL released (a thread reading it nonstop left a counting loop in the main
+thread most of its pace: docs/performance.md): the training thread is not held up.
 
 The main process's own USS/PSS, which no finding needs, only every `MAIN_USS_S`.
 

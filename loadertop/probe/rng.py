@@ -22,8 +22,8 @@ def _digest(value) -> str:
     if numbers is not None:
         # random.getstate(): a tuple of 625 ints. hash() of ints and floats is the same in every
         # process (str and bytes hashes are salted per process, and None's is its address before
-        # Python 3.12: `_numbers` spells None as ()), and needs no repr(): ~75 µs in a fresh
-        # worker here, against ~225 µs for repr() and blake2b.
+        # Python 3.12: `_numbers` spells None as ()), and needs no repr(), the dear part in a
+        # fresh worker (docs/performance.md).
         return format(hash(numbers) & 0xFFFF_FFFF_FFFF_FFFF, "016x")
     import hashlib  # here: a spawned worker reads the states before it needs this
 
@@ -35,8 +35,8 @@ def _digest(value) -> str:
 def _feed(h, value, depth: int = 0) -> None:
     """`value` into the hash, each part length-prefixed (no two values feed the same bytes):
     bytes as they are, tuples item by item, anything else as its repr. A numpy state is
-    ("MT19937", 2,496 bytes, pos): through the repr of those bytes (an escape per byte) its
-    digest took 16.8 µs warm here, fed this way 6.0 µs."""
+    ("MT19937", 2,496 bytes, pos): fed as bytes, not through their repr (an escape per byte;
+    docs/performance.md)."""
     if isinstance(value, (bytes, bytearray, memoryview)):
         data = value if isinstance(value, bytes) else bytes(value)
         h.update(b"b%d:" % len(data))
@@ -78,8 +78,7 @@ def _numbers(value, depth: int = 0):
 
 def _tensor_bytes(tensor) -> bytes:
     """A generator state's bytes. Through ctypes (which torch has imported) where it is loaded:
-    `.numpy().tobytes()` cost ~260-360 µs in a fresh worker here (its first numpy bridge),
-    `ctypes.string_at` ~120 µs."""
+    `.numpy().tobytes()` is dearer in a fresh worker, its first numpy bridge (docs/performance.md)."""
     ctypes = sys.modules.get("ctypes")
     if ctypes is not None and tensor.element_size() == 1 and tensor.is_contiguous() \
             and tensor.device.type == "cpu":
@@ -94,10 +93,9 @@ def _torch_global_state(torch):
     worker info's `seed`) before `worker_init_fn`. While `initial_seed()` still reads that seed,
     this worker's generator started from a seed no other worker of the loader got, so draws since
     cannot make it another's: the seed names it, as a tuple of one int (never the 5,056 bytes of a
-    state, which `_digest` hashes another way). That is read in ~4 µs; `get_rng_state()` and its
-    bytes took ~290 µs in a fresh fork worker here, on the way to the first batch (the whole
-    start message, then still digested and sent before that batch: 841 -> 575 µs by median in
-    2-worker fork loaders, 103 -> 61 page faults).
+    state, which `_digest` hashes another way). That is read at once, where `get_rng_state()` and
+    its bytes cost a fresh fork worker a good part of its start message, on the way to the first
+    batch (docs/performance.md).
     A `worker_init_fn` that re-seeds (`manual_seed`, or `set_rng_state`, which sets
     `initial_seed()` from the state) changes it, and then the state itself is read, so workers
     re-seeded alike are found sharing it."""
@@ -202,11 +200,10 @@ def capture(dataset, untouched: bool = False,
     seeded `random`, torch and numpy's legacy state from this worker's seed (no worker_init_fn of
     the program, a map-style dataset, whose fetcher torch makes without calling the dataset).
     Then no other worker's states can equal these, and the seed names the first two, as
-    `_torch_global_state` names torch's: reading them cost ~35 and ~86 µs in a fresh fork
-    worker here, on the way to the first batch. With it, `generators` (when given) are those
-    `find_generators` found in the parent before it forked this worker: the same objects here,
-    and nothing since could have made another, so the walk (~110 µs there, ~23 page faults,
-    mostly first touches of what it reads) is not made again."""
+    `_torch_global_state` names torch's, instead of reading them on the way to the first batch.
+    With it, `generators` (when given) are those `find_generators` found in the parent before it
+    forked this worker: the same objects here, and nothing since could have made another, so the
+    walk (mostly first touches of what it reads there) is not made again (docs/performance.md)."""
     out: list[tuple[str, object]] = []
     seed = worker_seed() if untouched else None
     try:

@@ -67,13 +67,11 @@ class StampDrain(RecordState):
         At tens of thousands of batches a second this runs on the publisher thread while holding
         the GIL the training loop also needs, so the steady case (alternating t0, -t1) is done in
         bulk (`split_stamps` and `bucket_count`, in C where it is built); only chunks holding an
-        epoch mark, an exception exit or an overflow gap take the per-stamp loop. With the stamps
-        still in a deque, the whole drain took 595 ns a batch here through Python's bulk path and
-        236-308 through the C one (the median of 30 drains of 5,000 batches of a real
-        num_workers=0 loader). Splitting in the ring (`take_split`) and decimating the report's
-        samples in C (`decimated_micros`) took the publisher thread of that loader from 0.97-1.12 %
-        of a core to 0.47-0.52 % at 38-57k batches/s (tests/benchmarks/probe_cpu.py, fast0, three
-        6 s runs of each, alternated).
+        epoch mark, an exception exit or an overflow gap take the per-stamp loop. Splitting in the
+        ring (`take_split`: no int made per stamp) and decimating the report's samples in C
+        (`decimated_micros`) roughly halved the publisher thread's CPU at the fastest loaders
+        (docs/performance.md: the drain, and the publisher thread at tens of thousands of
+        batches/s).
         """
         events = self.events
         # A StampRing splits its steady stamps where they lie (no int made per stamp, then read
@@ -214,8 +212,8 @@ class DequeStamps(deque[int | None]):
         some, else 0), leaving it empty."""
         n = len(self)
         # n pops in one C loop (starmap over n empty argument tuples): no bytecode runs between
-        # them. A comprehension took 122-189 ns a stamp here, this 66-99 (two stamps a batch);
-        # the training thread appends only at the right.
+        # them, where a comprehension runs some per stamp (docs/performance.md); the training
+        # thread appends only at the right.
         return list(starmap(self.popleft, repeat((), n))), int(n == self.maxlen)
 
 
@@ -257,8 +255,7 @@ def py_split_stamps(pending: int | None, chunk: list[Any], prev_t1: int | None,
 
 def split_stamps(pending: int | None, chunk: list[Any], prev_t1: int | None,
                  want_stamps: bool) -> SplitStamps | None:
-    """In C where it is built: one pass, 55 ns a batch here (median of 40 chunks of 5,000
-    batches; min 22), against 208 (min 121) for the Python one."""
+    """In C where it is built: one pass, where Python makes lists (docs/performance.md)."""
     if _c_split_stamps is not None:
         return _c_split_stamps(pending, chunk, prev_t1, want_stamps)
     return py_split_stamps(pending, chunk, prev_t1, want_stamps)

@@ -32,7 +32,8 @@ def _qsize(queue) -> int | None:
 
 
 def read_queue(it) -> QueueDepth | None:
-    """Batches ready / in flight / capacity of a live multiprocessing iterator, ~1 µs.
+    """Batches ready / in flight / capacity of a live multiprocessing iterator (cheap: a few
+    attribute reads and two qsize calls).
 
     `_tasks_outstanding` counts indices sent to workers and not yet taken off the data queue;
     batches already taken but arriving out of order sit in `_task_info` as `(wid, data)` entries,
@@ -111,8 +112,9 @@ def worker_state(pid: int | None, proc) -> tuple[bool | None, int | None]:
     """(alive, exitcode) of a worker *without reaping it*.
 
     Never `proc.is_alive()` / `proc.exitcode` here: both call waitpid, and a monitor that reaps a
-    dead worker before torch's SIGCHLD check sees it loses torch's own error message (measured on
-    torch 2.13: its death detection went from ~5 ms to 5 s). `waitid(..., WNOWAIT)` peeks instead.
+    dead worker before torch's SIGCHLD check sees it loses torch's own error message and leaves
+    torch 2.13 to notice the death at its next 5 s check (docs/performance.md). `waitid(...,
+    WNOWAIT)` peeks instead.
     Exit codes follow multiprocessing: negative = killed by that signal.
     """
     if pid is None:

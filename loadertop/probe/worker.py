@@ -12,15 +12,12 @@ process's stamps), named by (pid, fetcher generation, sequence) so the main proc
 with the loop's receipt of the same batch.
 
 A worker gets no thread of ours. A second thread in a process forked from torch's (a large address
-space, shared copy-on-write) cost that child +1.26 and +1.28 ms of CPU here (60 and 120 shuffled
-rounds, tests/benchmarks/worker_start.py), though it only waited: ~0.4-0.5 ms with no page
-touched after it, the rest growing with the copy-on-write faults that follow (likely each then
-flushing the TLB of the CPU the thread ran on: perf put `do_wp_page` and
-`smp_call_function_many_cond` at the top of instrumented workers' kernel time, and neither
-among plain workers' 40 top symbols).
-faulthandler's `dump_traceback_later` starts such a thread too (its C watchdog): with the import
-of faulthandler in the child, as the worker did it, +0.94 to +1.22 ms. Every epoch start of a
-loader without persistent workers paid both, in every worker. So:
+space, shared copy-on-write) cost that child CPU though it only waited, most of it growing with
+the copy-on-write faults that follow (likely each then flushing the TLB of the CPU the thread ran
+on: perf put `do_wp_page` and `smp_call_function_many_cond` at the top of instrumented workers'
+kernel time, and neither among plain workers' 40 top symbols). faulthandler's
+`dump_traceback_later` starts such a thread too (its C watchdog). Every epoch start of a loader
+without persistent workers paid both, in every worker (docs/performance.md, "Worker start"). So:
 - the socket is made and connected on the worker's own thread (`socket()` plus a non-blocking
   `connect()`, nothing waited for), and not before the first batch: until then everything is
   held (the start message and the first batch's sample), and goes out when torch's
@@ -34,27 +31,19 @@ loader without persistent workers paid both, in every worker. So:
 
 This module imports only the standard library (a spawned worker imports it to unpickle the hook),
 and the messages are written without msgspec (probe/sample_codec.py). What a fork worker does
-before its first batch costs mostly the first touch of pages shared with its parent (roughly
-5-7 µs a page fault on this VM, as we read the parts' times against their fault counts). Before
-the first batch are only what must be: the stack handler (a worker stuck in that very batch is
-the classic fork deadlock; the main process finds its memfd without the start message),
-the fetch timing, and copying the random states before the dataset draws
-(probe/rng.py). Timed inside real 2-worker fork workers here (medians
-of ~150-200 workers a run), the hook plus the start message took 1140-1414 µs (184-198
-page faults, two runs) sent before the first batch, and 569-685 µs (88-100 faults, three runs)
-with the sending after it and torch's generator named by its seed; an epoch's `iter()` and first
-batch, in-process, 400 shuffled rounds: +1.44 ms over plain the old way, +0.92 ms this way
-(A/A -0.23 ms). Then naming `random`'s and numpy's states by the seed too, and walking the
-dataset in the parent (rng.capture's `untouched`): 694-700 -> 406-470 µs, 101-102 -> 73-74
-faults (two runs each, one sitting), but not resolved on the clock (1,200 rounds: +1.39 ->
-+1.36 ms, A/A +0.11 ms). torch's own first fetch kept its ~245 faults, so the saving did not
-move there; where the rest of the ~1.3 ms goes we have not found (no single part of the hook,
-made a no-op, resolved on the clock; the hook as a whole did).
+before its first batch costs mostly the first touch of pages shared with its parent. Before the
+first batch are only what must be: the stack handler (a worker stuck in that very batch is the
+classic fork deadlock; the main process finds its memfd without the start message), the fetch
+timing, and copying the random states before the dataset draws (probe/rng.py). What each step
+of that saved, timed inside real fork workers and on the epoch's clock, is in
+docs/performance.md ("Worker start", "Epoch start"); torch's own first fetch kept its page
+faults, and where the rest of the hook's cost goes we have not found (no single part of the
+hook, made a no-op, resolved on the clock; the hook as a whole did).
 """
 
 from __future__ import annotations
 
-import faulthandler  # here, in the parent: imported in a forked worker it cost ~0.56 ms, 19 µs here
+import faulthandler  # here, in the parent: a forked worker inherits it (importing it there is dear)
 import os
 import signal
 import time
@@ -211,7 +200,7 @@ class _Sender:
 
 def arm_stack_dump(stack_dir: str | None) -> str | None:
     """Register CPython's faulthandler for STACK_SIGNAL, writing to an anonymous memory file
-    (memfd: ~25 µs in a forked worker here, against ~165 µs to create a file on ext4), which the
+    (memfd: cheaper in a forked worker than creating a file; docs/performance.md), which the
     main process, this worker's parent, reads as `/proc/<pid>/fd/<fd>`; to `<stack_dir>/<pid>.txt`
     where there is no memfd. Returns the path, or None where the signal is taken (a handler of the
     program's own: left alone) or nothing could be made.
@@ -413,7 +402,7 @@ def _start(hook: WorkerHook, worker_id: int) -> None:
     # handler (publisher._on_sigterm): Python caches it, though the C handler has replaced it.
     # Resetting it to SIG_DFL here, as this hook once did, replaced torch's handler: a program
     # exiting with a live iterator then printed "DataLoader worker (pid N) is killed by signal:
-    # Terminated" from atexit (12 in 20 runs here, 0 in 20 plain).
+    # Terminated" from atexit in some runs, never in plain ones (docs/performance.md).
     sender = _Sender(hook.endpoint, hook.source, worker_id)  # type: ignore[arg-type]  # set: see __call__
     sender.deferred = True
     if hook.user_init_fn is None:
