@@ -30,7 +30,7 @@ import threading
 import time
 import weakref
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from loadertop import discovery, endpoints, environment, wire
 from loadertop.probe import torch_internals
@@ -48,8 +48,14 @@ from loadertop.probe.record import LoaderRecord
 from loadertop.probe.resources import RESOURCE_S, ResourceSampler
 
 if TYPE_CHECKING:
+    from types import FrameType, ModuleType
+
+    from zmq import Socket as _ZmqSocket
+
     from loadertop.probe.system_feed import SystemFeed
     from loadertop.remote import CurveServer
+
+    Socket = _ZmqSocket[bytes]  # the XPUB socket
 
 # On a subscription the system sampler is read at once to start its rates (its figures are
 # deltas between two readings); the first figures go out at a 1 Hz tick at least this long after.
@@ -184,7 +190,7 @@ class Publisher:
             self._names.add(name)
             return name
 
-    def register(self, loader, name: str) -> LoaderRecord:
+    def register(self, loader: Any, name: str) -> LoaderRecord:
         record = LoaderRecord(
             loader, name=name, source=f"{self.host}:{self.pid}:{name}", host=self.host,
             rank=self.rank, command=self.command, process_started_at=self.started_at,
@@ -196,7 +202,7 @@ class Publisher:
         record.stack_dir = self.stack_dir
         return record
 
-    def reuse_named(self, loader, name: str) -> LoaderRecord | None:
+    def reuse_named(self, loader: Any, name: str) -> LoaderRecord | None:
         """The record of a loader named `name` that has died (garbage-collected, no iterator
         left), handed to `loader`: a loader re-created each epoch (or with another num_workers)
         under the same name stays one source, whose earlier settings the viewer keeps — as
@@ -226,7 +232,8 @@ class Publisher:
             if record not in self.records:
                 self.records.append(record)
 
-    def _retire_dead(self, zmq, pub, records: list[LoaderRecord], now: float) -> None:
+    def _retire_dead(self, zmq: ModuleType, pub: Socket, records: list[LoaderRecord],
+                     now: float) -> None:
         """Loaders created anew each epoch would otherwise pile up as sources reported forever."""
         for record in records:
             if not record.alive():
@@ -401,7 +408,7 @@ class Publisher:
             ctx.term()
             self._remove_files()
 
-    def _loop(self, zmq, pub, inbox) -> None:
+    def _loop(self, zmq: ModuleType, pub: Socket, inbox: WorkerInbox | None) -> None:
         # Only the XPUB is polled (a viewer subscribing is answered at once). The workers' inbox
         # is read before each report instead: polling it woke this thread once per batch of every
         # multi-worker loader, at a wake-up's cost each (docs/performance.md).
@@ -491,13 +498,13 @@ class Publisher:
                 for record in records:
                     self._send(zmq, pub, record.report(now_ns, sent_at, probe_cpu, watched))
 
-    def _send(self, zmq, pub, msg) -> None:
+    def _send(self, zmq: ModuleType, pub: Socket, msg: wire.Message) -> None:
         try:
             pub.send(wire.encode(msg), zmq.NOBLOCK)
         except zmq.Again:  # PUB drops at HWM by itself; this is only defensive
             pass
 
-    def _read_subscriptions(self, zmq, pub) -> None:
+    def _read_subscriptions(self, zmq: ModuleType, pub: Socket) -> None:
         while True:
             try:
                 msg = pub.recv(zmq.NOBLOCK)
@@ -509,7 +516,7 @@ class Publisher:
             elif msg[:1] == b"\x00":
                 self.subscriptions = max(0, self.subscriptions - 1)
 
-    def _read_worker_samples(self, inbox) -> None:
+    def _read_worker_samples(self, inbox: WorkerInbox) -> None:
         by_source = {r.source: r for r in self.records}
         for data in inbox.read(WORKER_RCVHWM):
             try:
@@ -543,13 +550,16 @@ class Publisher:
             except Exception:
                 self._system = None
 
-    def _sample_system(self):
+    def _sample_system(self) -> wire.SystemReport | None:
+        system = self._system
+        if system is None:
+            return None
         try:
-            return self._system.report()
+            return system.report()
         except Exception:
             return None
 
-    def _send_system(self, zmq, pub) -> None:
+    def _send_system(self, zmq: ModuleType, pub: Socket) -> None:
         """The machine's figures travel from the trainer's side (issue: remote viewers)."""
         if self._system is None:
             return
@@ -557,7 +567,8 @@ class Publisher:
         if msg is not None:
             self._send(zmq, pub, msg)
 
-    def _goodbye(self, zmq, pub, inbox=None) -> None:
+    def _goodbye(self, zmq: ModuleType, pub: Socket | None,
+                 inbox: WorkerInbox | None = None) -> None:
         if pub is None or not self._ready.is_set() or self.failed:
             return
         if inbox is not None:
@@ -582,7 +593,7 @@ class Publisher:
                 pass
 
 
-def _on_sigterm(signum, frame) -> None:
+def _on_sigterm(signum: int, frame: FrameType | None) -> None:
     """SIGTERM's default kills without atexit: remove our files, then die as SIGTERM would."""
     pub = _publisher
     if pub is not None and pub.pid == os.getpid():

@@ -38,7 +38,7 @@ from loadertop import environment, wire
 psutil: Any = None  # the module, once given (it has no type information)
 
 
-def use_psutil(module) -> None:
+def use_psutil(module: Any) -> None:
     global psutil
     psutil = module
 
@@ -153,7 +153,7 @@ class ResourceSampler:
         self._round_cost = 0.0
         self._main = None
 
-    def _process(self, pid: int):
+    def _process(self, pid: int) -> Any:
         proc = self._procs.get(pid)
         if proc is not None:
             # psutil compares the start time it recorded: a reused pid is another process.
