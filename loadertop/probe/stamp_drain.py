@@ -17,14 +17,12 @@ from typing import TYPE_CHECKING, Any
 from loadertop.probe.histograms import BucketCounts
 
 if TYPE_CHECKING:  # the state of every seam (record_state.py); object at run time
-    from loadertop.probe.record_state import RecordState
-else:
-    RecordState = object
-
-if TYPE_CHECKING:
     from collections.abc import Callable
 
     from loadertop.probe import _hotpath
+    from loadertop.probe.record_state import RecordState
+else:
+    RecordState = object
 
 #: split_stamps' result: (waits, steps, trailing, first_t0, first_t1, last_t1, t0s, t1s)
 SplitStamps = tuple[list[int], list[int], int | None, int | None, int | None, int | None,
