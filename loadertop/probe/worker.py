@@ -54,6 +54,8 @@ from loadertop.probe import rng, sample_codec
 TYPE_CHECKING = False  # not typing's: a worker imports this module alone, and little else
 if TYPE_CHECKING:
     import socket
+    from collections.abc import Callable
+    from typing import Any
 
 _perf_ns = time.perf_counter_ns
 _cpu_ns = time.process_time_ns  # all threads of the worker: a dataset may decode in a pool
@@ -87,7 +89,7 @@ class _Sender:
         self.pid = os.getpid()
         self.socket: socket.socket | None = None
         self.failed = False  # no transport at all: everything is counted as dropped
-        self.pending: list = []  # ("sample", fields) / ("start", digests), in order
+        self.pending: list[tuple[str, Any]] = []  # ("sample", fields) / ("start", digests), in order
         self.dropped = 0
         self._flags = 0
         self._retry_at = 0
@@ -98,7 +100,7 @@ class _Sender:
         # No worker_init_fn of the program ran here (see rng.capture's `untouched`), and the
         # generators the parent found from the dataset before it forked this worker (or None).
         self.no_init_fn = False
-        self.generators: list | None = None
+        self.generators: list[tuple[str, object]] | None = None
 
     def send(self, fetch_ns: int, cpu_ns: int, collate_ns: int = 0, done_ns: int = 0,
              generation: int = 0, seq: int = 0, ended: bool = False,
@@ -109,7 +111,7 @@ class _Sender:
             return
         self._send_now("sample", fields)
 
-    def send_start(self, dataset, stack_file: str | None = None, map_style: bool = False) -> None:
+    def send_start(self, dataset: object, stack_file: str | None = None, map_style: bool = False) -> None:
         """Once per worker process, before its first batch (after the user's worker_init_fn):
         the random states it starts with, copied now (read, never drawn from), digested when
         the message is written (after the first batch where sending is deferred). `map_style`:
@@ -133,7 +135,7 @@ class _Sender:
             if self.socket is None and not self.failed:
                 self.connect()
 
-    def _hold(self, kind: str, payload) -> bool:
+    def _hold(self, kind: str, payload: Any) -> bool:
         """True when the item was held (or counted as dropped) for want of a socket; tries to
         connect again first when a retry is due (never while deferred)."""
         if not self.failed and not self.deferred and self.pid == os.getpid() and \
@@ -147,14 +149,14 @@ class _Sender:
             self.pending.append((kind, payload))
         return True
 
-    def _encode(self, kind: str, payload) -> bytes:
+    def _encode(self, kind: str, payload: Any) -> bytes:
         if kind == "start":
             captured, stack_file = payload
             return sample_codec.worker_start(self.source, self.worker_id, self.pid,
                                              rng.digest(captured), stack_file)
         return self._writer.sample(payload[0], payload[1], self.dropped, *payload[2:])
 
-    def _send_now(self, kind: str, payload) -> None:
+    def _send_now(self, kind: str, payload: Any) -> None:
         if self.pid != os.getpid():  # a process forked from this worker: not its socket
             self.dropped += 1
             return
@@ -234,7 +236,7 @@ def arm_stack_dump(stack_dir: str | None) -> str | None:
     return path
 
 
-_stack: list = [0, None, -1]  # [pid, path, fd] of this process's armed stack file
+_stack: list[Any] = [0, None, -1]  # [pid, path, fd] of this process's armed stack file
 
 
 def stack_file_in(stack_dir: str, pid: int) -> str:
@@ -267,18 +269,18 @@ class _TimedCollate:
 
     __slots__ = ("collate_fn", "timing")
 
-    def __init__(self, collate_fn, timing: _FetcherTiming) -> None:
+    def __init__(self, collate_fn: Callable[[Any], Any], timing: _FetcherTiming) -> None:
         self.collate_fn = collate_fn
         self.timing = timing
 
-    def __call__(self, data):
+    def __call__(self, data: Any) -> Any:
         t0 = _perf_ns()
         batch = self.collate_fn(data)
         self.timing.collate_ns = _perf_ns() - t0
         return batch
 
 
-def tensor_census(batch, max_nodes: int = CENSUS_MAX_NODES) -> tuple[int, int] | None:
+def tensor_census(batch: Any, max_nodes: int = CENSUS_MAX_NODES) -> tuple[int, int] | None:
     """(tensors, bytes) in a collated batch, walking lists, tuples and dicts; None past
     `max_nodes` (a figure from part of a batch would be a guess). Reads sizes only."""
     try:
@@ -314,8 +316,8 @@ def _install_fetch_timing(sender: _Sender) -> bool:
         if original is None or getattr(original, "_loadertop_timed", False):
             continue
 
-        def timed_fetch(self, possibly_batched_index, _original=original,
-                        _map_style=cls is torch_fetch._MapDatasetFetcher):
+        def timed_fetch(self: Any, possibly_batched_index: Any, _original: Any = original,
+                        _map_style: bool = cls is torch_fetch._MapDatasetFetcher) -> Any:
             # torch 2.13 `_worker_loop` makes a fetcher after worker_init_fn and a new one at each
             # `_ResumeIteration` (persistent workers); `fetch` calls `self.collate_fn(data)`.
             timing = self.__dict__.get("_loadertop_timing")
@@ -361,8 +363,9 @@ class WorkerHook:
     """A picklable `worker_init_fn` (spawn pickles it) that installs timing, then runs the
     user's own `worker_init_fn`, whose behaviour and exceptions are unchanged."""
 
-    def __init__(self, user_init_fn, source: str, endpoint: str | None,
-                 stack_dir: str | None = None, generators: list | None = None) -> None:
+    def __init__(self, user_init_fn: Callable[[int], object] | None, source: str,
+                 endpoint: str | None, stack_dir: str | None = None,
+                 generators: list[tuple[str, object]] | None = None) -> None:
         self.user_init_fn = user_init_fn
         self.source = source
         self.endpoint = endpoint
@@ -372,7 +375,7 @@ class WorkerHook:
         # a worker that unpickles its own dataset walks it itself.
         self.generators = generators
 
-    def __getstate__(self) -> dict:
+    def __getstate__(self) -> dict[str, Any]:
         return dict(self.__dict__, generators=None)
 
     def __call__(self, worker_id: int) -> None:
@@ -448,7 +451,8 @@ def _stack_file() -> str | None:
     if signal.getsignal(STACK_SIGNAL) not in (signal.SIG_DFL, signal.SIG_IGN):
         _withdraw_stack_file()
         return None
-    return _stack[1]
+    path: str | None = _stack[1]
+    return path
 
 
 def _withdraw_stack_file() -> None:
