@@ -4,12 +4,14 @@
 torch (the viewer side must start instantly); the probe is loaded on first use.
 """
 
+from typing import Any
+
 from loadertop._version import __version__
 
 __all__ = ["instrument", "__version__"]
 
 
-def instrument(loader, *, name=None, endpoint=None):
+def instrument(loader: Any, *, name: str | None = None, endpoint: str | None = None) -> Any:
     """Wrap a DataLoader (or any loader-like iterable) so its input pipeline can be watched.
 
     Returns an object that iterates exactly like `loader` (same batches, order and exceptions),
@@ -26,10 +28,10 @@ def instrument(loader, *, name=None, endpoint=None):
     return _instrument(loader, name=name, endpoint=endpoint)
 
 
-_instrument = None  # loadertop.probe.loader.instrument, once imported
+_instrument: Any = None  # loadertop.probe.loader.instrument, once imported
 
 
-def _first_instrument(loader, name, endpoint):
+def _first_instrument(loader: Any, name: str | None, endpoint: str | None) -> Any:
     global _instrument
     from loadertop.probe.loader import instrument
 

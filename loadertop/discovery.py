@@ -12,6 +12,7 @@ import os
 import socket
 import stat
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -58,7 +59,8 @@ class Entry:
 
             proc = psutil.Process(self.pid)
             # A recycled pid has a later start time than the one announced.
-            return proc.create_time() <= self.started_at + 1.0 and proc.status() != psutil.STATUS_ZOMBIE
+            return bool(proc.create_time() <= self.started_at + 1.0
+                        and proc.status() != psutil.STATUS_ZOMBIE)
         except Exception:
             return False
 
@@ -131,12 +133,12 @@ class EntryCache:
 
     An entry's file is read again only when its (inode, size, mtime) changed, and a listed
     process's liveness (psutil: its start time and state) is read again every ALIVE_RECHECK_S
-    rather than at each look: with 32 processes the full listing cost ~7 ms here, 0.7 % of a
-    core at one look a second. A process that exits removes its file, which the next look sees;
+    rather than at each look: the full listing's cost grows with the processes listed
+    (docs/performance.md). A process that exits removes its file, which the next look sees;
     only one killed without removing it stays listed up to ALIVE_RECHECK_S longer (its socket
     has gone quiet by then, which is what marks its sources gone)."""
 
-    def __init__(self, directory: Path, *, clock=time.monotonic) -> None:
+    def __init__(self, directory: Path, *, clock: Callable[[], float] = time.monotonic) -> None:
         self.directory = directory
         self.clock = clock
         # path -> (file key, entry or None if malformed, alive, when liveness was read)

@@ -46,7 +46,8 @@ class Endpoint:
     abstract). inproc: `path` is the name.
     """
 
-    # A plain class rather than a dataclass: `dataclasses` imports `inspect` (~14 ms here), and
+    # A plain class rather than a dataclass: `dataclasses` imports `inspect` (a dear import:
+    # docs/performance.md), and
     # this module is imported at the start of every torchrun rank below `loadertop run`.
     __slots__ = ("transport", "host", "port", "path")
 

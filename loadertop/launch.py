@@ -18,13 +18,13 @@ from loadertop import environment
 TYPE_CHECKING = False  # not typing's: `run` imports this module, and typing costs its start-up
 if TYPE_CHECKING:
     import subprocess
-    from collections.abc import Sequence
+    from collections.abc import Mapping, Sequence
     from typing import IO
 
 BOOTSTRAP_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "probe", "_bootstrap")
 
 
-def child_env(environ, listen: str | None) -> dict:
+def child_env(environ: Mapping[str, str], listen: str | None) -> dict[str, str]:
     """`environ` with the start-up hook first on PYTHONPATH and LOADERTOP_RUN set; `listen`, when
     given, is the endpoint the job publishes on."""
     env = dict(environ)
@@ -38,8 +38,8 @@ def child_env(environ, listen: str | None) -> dict:
     return env
 
 
-def start_in_session(command: Sequence[str], env: dict, *, stdout: IO[bytes] | int,
-                     stderr: IO[bytes] | int) -> subprocess.Popen:
+def start_in_session(command: Sequence[str], env: Mapping[str, str], *, stdout: IO[bytes] | int,
+                     stderr: IO[bytes] | int) -> subprocess.Popen[bytes]:
     """COMMAND in a session of its own, stdin from /dev/null. Its own session (and so its own
     process group, whose id is its pid) keeps a terminal's signals (Ctrl-C, SIGHUP) to us, who
     stop it in order, and lets the whole group — its DataLoader workers, torchrun's ranks — be

@@ -17,10 +17,16 @@ Imports of zmq happen inside the functions: `loadertop.remote` stays cheap to im
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal, overload
 
 from loadertop.environment import LOADERTOP_AUTHORIZED_KEYS, LOADERTOP_CURVE_SECRET
+
+if TYPE_CHECKING:
+    import zmq
+    from zmq.auth.thread import ThreadAuthenticator
 
 PUBLIC_SUFFIX = ".key"
 SECRET_SUFFIX = ".key_secret"
@@ -31,7 +37,7 @@ class CurveConfigError(ValueError):
 
 
 # ---------------------------------------------------------------------------- keys
-def create_keys(directory: str | os.PathLike, name: str, *, force: bool = False) -> tuple[Path, Path]:
+def create_keys(directory: str | os.PathLike[str], name: str, *, force: bool = False) -> tuple[Path, Path]:
     """Write NAME.key (public, 0644) and NAME.key_secret (0600) in `directory` (made 0700 if
     new). The secret file is created under umask 077, so it is never readable by others, not even
     for the moment before a chmod (`zmq.auth.create_certificates` alone writes it 0644)."""
@@ -59,7 +65,13 @@ def create_keys(directory: str | os.PathLike, name: str, *, force: bool = False)
     return Path(public_path), Path(secret_path)
 
 
-def _load(path: str | os.PathLike, *, need_secret: bool, what: str) -> tuple[bytes, bytes | None]:
+@overload
+def _load(path: str | os.PathLike[str], *, need_secret: Literal[True],
+          what: str) -> tuple[bytes, bytes]: ...
+@overload
+def _load(path: str | os.PathLike[str], *, need_secret: bool,
+          what: str) -> tuple[bytes, bytes | None]: ...
+def _load(path: str | os.PathLike[str], *, need_secret: bool, what: str) -> tuple[bytes, bytes | None]:
     import zmq.auth
 
     path = os.path.expanduser(os.fspath(path))
@@ -78,7 +90,8 @@ def _load(path: str | os.PathLike, *, need_secret: bool, what: str) -> tuple[byt
 
 
 # ---------------------------------------------------------------------------- viewer side
-def curve_client_options(key_file: str | None, server_key_file: str | None) -> dict:
+def curve_client_options(key_file: str | None,
+                         server_key_file: str | None) -> dict[int, bytes]:
     """The SUB socket options of a CURVE client: this viewer's key pair and the trainer's
     public key. Raises ValueError / OSError with a one-line explanation."""
     import zmq
@@ -104,7 +117,7 @@ class CurveServer:
     authorized: int  # how many viewer keys the directory held at start
 
 
-def curve_server_from_env(environ=os.environ) -> CurveServer | None:
+def curve_server_from_env(environ: Mapping[str, str] = os.environ) -> CurveServer | None:
     """The trainer's CURVE settings from the environment; None when neither variable is set.
 
     Called on the training thread before the publisher thread starts: it also imports
@@ -134,10 +147,12 @@ def curve_server_from_env(environ=os.environ) -> CurveServer | None:
         authorized = len(zmq.auth.load_certificates(keys_dir))
     except (OSError, ValueError) as exc:
         raise CurveConfigError(f"{LOADERTOP_AUTHORIZED_KEYS}: {exc}; nothing is published") from None
+
     return CurveServer(public=public, secret=secret, authorized_dir=keys_dir, authorized=authorized)
 
 
-def start_curve_server(ctx, sock, curve: CurveServer):
+def start_curve_server(ctx: zmq.Context[Any], sock: zmq.Socket[Any],
+                       curve: CurveServer) -> ThreadAuthenticator:
     """Make `sock` (not yet bound) a CURVE server admitting only the authorised keys; returns the
     started authenticator (stop it before terminating `ctx`). Runs on the publisher thread."""
     from zmq.auth.thread import ThreadAuthenticator

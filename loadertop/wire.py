@@ -9,9 +9,9 @@ only ever raise :class:`WireError`.
 The viewer side imports this module, so it must never import torch (nor zmq: framing is bytes).
 
 No `from __future__ import annotations` here: msgspec reads each Struct's annotations when the
-class is made, and string annotations cost it an eval each (typing._eval_type, ~170 compile()
-calls): importing this module took 4.1-6.5 ms with them, 2.3-3.1 ms without (from bytecode,
-msgspec already imported). The probe imports it at a program's first loader. `X | None` needs
+class is made, and string annotations cost it an eval each (typing._eval_type, a compile() per
+annotation; docs/performance.md: the import with and without). The probe imports it at a
+program's first loader. `X | None` needs
 Python >= 3.10, which pyproject.toml requires.
 """
 
@@ -41,8 +41,8 @@ Text = Annotated[str, Meta(max_length=MAX_TEXT)]
 ShortText = Annotated[str, Meta(max_length=256)]
 # Sequences decode as tuples and the report structs are gc=False: a viewer keeps HISTORY_S of
 # every source's reports (for 64 sources ~3k reports, ~70k sequences), and as lists in tracked
-# structs they were ~280k objects that each full garbage collection walked (146-210 ms each,
-# 2.4 % of a core in `loadertop export`). The collector untracks a tuple of numbers or strings
+# structs they were objects that each full garbage collection walked (docs/performance.md: what
+# that cost `loadertop export`). The collector untracks a tuple of numbers or strings
 # the first time it looks at it, and nothing decoded from the wire can form a cycle. The probe
 # still builds them from lists (msgpack arrays alike); nothing reads them back there.
 Samples = Annotated[tuple[Micros, ...], Meta(max_length=MAX_SAMPLES)]
@@ -406,9 +406,8 @@ def decode_sample(data: bytes) -> WorkerMessage:
 
 def decimate(samples: list[int], limit: int = MAX_SAMPLES) -> list[int]:
     """Keep at most `limit` samples, evenly spaced (the (i * n // limit)-th of n), so percentiles
-    stay representative. In C-level loops (map over range): the probe does this at every report
-    at high batch rates, where a comprehension took 558 µs to pick 4096 of 13,000 here, this
-    205 µs."""
+    stay representative. In C-level loops (map over range), not a comprehension: the probe does
+    this at every report at high batch rates (docs/performance.md)."""
     n = len(samples)
     if n <= limit:
         return samples

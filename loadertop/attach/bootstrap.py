@@ -45,12 +45,10 @@ def _main(params: dict) -> None:
     except OSError:
         return
     # The garbage collector stays as it is. Paused while loadertop was imported, the pause was
-    # shorter (45 against 97-121 ms here, with torch's ~170 000 objects), but the import's
-    # objects then left the job just under its next full collection, and every DataLoader
-    # worker it forked made that collection itself: a job making a 2-worker loader again and
-    # again went from ~35 ms a loader to ~125 ms for 63 of its next 169 (none of 324 without
-    # the pause). Left on, the full collection the import may trigger happens here, once, and
-    # the job's counts start afresh.
+    # shorter, but the import's objects then left the job just under its next full collection,
+    # and every DataLoader worker it forked made that collection itself: a job making 2-worker
+    # loaders again and again paid it in many of them (docs/performance.md). Left on, the full
+    # collection the import may trigger happens here, once, and the job's counts start afresh.
     interrupted = False
     try:
         result = _run(params)

@@ -99,7 +99,7 @@ def read(path: str, wanted: set[str] | frozenset[str]) -> ElfFile:
             if len(sections) < e_shentsize * e_shnum:
                 raise ElfError(f"{path}: truncated section headers")
 
-            def section(i: int) -> tuple:
+            def section(i: int) -> tuple[int, ...]:
                 # sh_name, sh_type, sh_flags, sh_addr, sh_offset, sh_size, sh_link, sh_info,
                 # sh_addralign, sh_entsize
                 return struct.unpack_from("<IIQQQQIIQQ", sections, i * e_shentsize)

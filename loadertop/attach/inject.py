@@ -23,6 +23,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 from loadertop import discovery
 from loadertop.attach import AttachError, bootstrap
@@ -33,7 +34,7 @@ GDB_SCRIPT = Path(__file__).with_name("gdb_script.py")
 # (gdb_script.py says why); the features are gdb's own (gdb/features/i386/64bit-*.xml).
 SSE_ONLY_TDESC = Path(__file__).with_name("x86-64-sse.xml")
 BOOTSTRAP_SOURCE = Path(bootstrap.__file__)
-GDB_TIMEOUT_S = 60.0  # gdb itself: startup, attach, two calls, detach (~1 s here under load)
+GDB_TIMEOUT_S = 60.0  # gdb itself: startup, attach, two calls, detach; generous for a loaded machine
 CLAIMED_GRACE_S = 30.0  # the bootstrap started in time: let it finish (imports, bind)
 POLL_S = 0.02
 GDB_SETTINGS = (
@@ -41,8 +42,9 @@ GDB_SETTINGS = (
     "set auto-load off",  # nor run libpython's gdb extensions
     "set auto-solib-add off",  # nor read libtorch's symbol tables: the addresses are known
     # gdb reads libc's symbols whatever auto-solib-add says (for thread debugging), and with its
-    # separate debug info that alone kept the target stopped ~0.4 s here: no debug files, and no
-    # libthread_db (gdb's ptrace attach stops every thread of /proc/PID/task without it).
+    # separate debug info that alone kept the target stopped longest (docs/performance.md): no
+    # debug files, and no libthread_db (gdb's ptrace attach stops every thread of /proc/PID/task
+    # without it).
     "set debug-file-directory /nonexistent-loadertop",
     "set libthread-db-search-path /nonexistent-loadertop",
     "set unwindonsignal on",  # a signal inside a called function unwinds it, the thread intact
@@ -61,7 +63,7 @@ def uses_remote_exec(target: Target) -> bool:
     return hasattr(sys, "remote_exec") and tuple(target.version[:2]) == sys.version_info[:2]
 
 
-def run(target: Target, mode: str, params: dict, timeout: float) -> dict:
+def run(target: Target, mode: str, params: dict[str, Any], timeout: float) -> dict[str, Any]:
     """Have the target run the bootstrap in `mode` ("attach" / "detach"); its result dict (with
     "ok"), plus "stopped_ms" (how long gdb held the process stopped) when gdb was used."""
     pid = target.pid
@@ -204,13 +206,14 @@ def _gdb_error(pid: int, kind: str, message: str) -> AttachError:
     return AttachError("failed", f"gdb could not {where} pid {pid}: {message}")
 
 
-def _wait(pid: int, script: Path, result_path: Path, timeout: float) -> dict:
+def _wait(pid: int, script: Path, result_path: Path, timeout: float) -> dict[str, Any]:
     deadline = time.monotonic() + timeout
     claimed = False
     while True:
         if result_path.exists():
             try:
-                return json.loads(result_path.read_text())
+                result: dict[str, Any] = json.loads(result_path.read_text())
+                return result
             except (OSError, ValueError):
                 pass  # replaced atomically: cannot be half-written; an odd error, retry once more
         if state(pid) != "running":

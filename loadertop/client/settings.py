@@ -36,8 +36,9 @@ SettingKey = tuple[int, int | None]  # (num_workers, batch_size)
 
 class _Interval(msgspec.Struct, frozen=True, gc=False):
     """One report's share of a stretch, reduced to sums (no samples are kept). Made for every
-    report received (~260 a second for 64 sources: a frozen dataclass cost ~4x) and kept 30 s
-    (~7.7k for 64 sources): untracked by the garbage collector, as the wire's reports are."""
+    report received (~260 a second for 64 sources; a frozen dataclass cost several times a
+    Struct: docs/performance.md) and kept KEEP_S (~7.7k for 64 sources): untracked by the garbage
+    collector, as the wire's reports are."""
 
     received: float
     seconds: float

@@ -7,6 +7,7 @@ never blocks longer than asked, so a timer in the TUI or a loop in `snapshot` ca
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Protocol
 
@@ -21,8 +22,8 @@ RCVHWM = 10000
 RESCAN_S = 1.0  # how often the discovery directory is looked at for new processes
 # ... and how often while no process is connected yet: a viewer started before the job (a script
 # or CI starting both at once; `snapshot --seconds 4`) connects within 0.1 s of its registering,
-# not up to 1 s later. A look at a directory with no live entry is ~12 us here (3 stale ones:
-# ~32 us): 0.03 % of a core at 10 Hz.
+# not up to 1 s later. A look at a directory with no live entry is cheap enough to make at 10 Hz
+# (docs/performance.md).
 EMPTY_RESCAN_S = 0.1
 MAX_FRAMES_PER_POLL = 5000  # bound one poll's work so the UI stays responsive under a flood
 
@@ -39,7 +40,8 @@ class Recorder(Protocol):
 class Subscriber:
     def __init__(self, model: Model, endpoints: list[str] | None = None, *,
                  directory: Path | None = None, discover: bool | None = None,
-                 curve: dict | None = None, clock=time.time, drop_vanished: bool = False) -> None:
+                 curve: dict[int, bytes] | None = None,
+                 clock: Callable[[], float] = time.time, drop_vanished: bool = False) -> None:
         self.model = model
         # Disconnect a discovered endpoint once its process left the discovery directory (or
         # died without removing its entry): a long-running viewer such as `loadertop export`
@@ -53,8 +55,8 @@ class Subscriber:
         self.discover = (not endpoints) if discover is None else discover
         self.ctx = zmq.Context()
         self.poller = zmq.Poller()
-        self.sockets: dict[str, zmq.Socket] = {}
-        self.by_socket: dict[zmq.Socket, str] = {}
+        self.sockets: dict[str, zmq.Socket[bytes]] = {}
+        self.by_socket: dict[zmq.Socket[bytes], str] = {}
         self._next_scan = 0.0
         self._entries = discovery.EntryCache(self.directory)
         self.recorder: Recorder | None = None  # set by `record` and `--record`
@@ -116,7 +118,8 @@ class Subscriber:
             if timeout_ms > 0:
                 time.sleep(min(timeout_ms, 100) / 1000.0)
             return 0
-        events = self.poller.poll(timeout_ms)
+        # pyzmq 27's Poller.poll takes a float timeout (it truncates it); its stub says int.
+        events = self.poller.poll(timeout_ms)  # type: ignore[arg-type]
         while events and count < MAX_FRAMES_PER_POLL:
             for sock, _ in events:
                 endpoint = self.by_socket.get(sock)

@@ -18,6 +18,7 @@ from loadertop.attach import AttachError
 TYPE_CHECKING = False  # not typing's, as in the other commands
 if TYPE_CHECKING:
     import argparse
+    from typing import Any
 
 GOODBYE_TIMEOUT_S = 3.0  # the publisher notices a stop within REPORT_S (0.25 s)
 
@@ -70,7 +71,7 @@ def run(args: argparse.Namespace) -> int:
         return exc.exit_code
 
 
-def _attach(args) -> int:
+def _attach(args: argparse.Namespace) -> int:
     from loadertop.attach import inject
     from loadertop.attach import target as target_mod
     from loadertop.probe.attach import PROTOCOL
@@ -118,7 +119,7 @@ def _wait_gone(entry: str | None, timeout: float) -> bool:
     return True
 
 
-def _pause_text(result: dict) -> str:
+def _pause_text(result: dict[str, Any]) -> str:
     parts = []
     if result.get("stopped_ms") is not None:
         parts.append(f"stopped {result['stopped_ms']:g} ms by gdb")

@@ -12,6 +12,10 @@ TYPE_CHECKING = False  # not typing's: `loadertop --help` builds its parser with
 if TYPE_CHECKING:
     import argparse
 
+    from loadertop.client.subscriber import Subscriber
+    from loadertop.recording.file import Recording
+    from loadertop.recording.playback import Playback
+
 
 def add_key_options(p: argparse.ArgumentParser) -> None:
     """--key and --server-key: the viewer, snapshot, record and export watch over CurveZMQ alike."""
@@ -22,7 +26,7 @@ def add_key_options(p: argparse.ArgumentParser) -> None:
 
 
 def open_subscriber(endpoint_args: list[str], *, window_s: float = 3.0, key: str | None = None,
-                    server_key: str | None = None, drop_vanished: bool = False):
+                    server_key: str | None = None, drop_vanished: bool = False) -> Subscriber:
     from loadertop import discovery
     from loadertop.client.model import Model
     from loadertop.client.subscriber import Subscriber
@@ -46,7 +50,7 @@ def open_subscriber(endpoint_args: list[str], *, window_s: float = 3.0, key: str
                       drop_vanished=drop_vanished)
 
 
-def no_sources_message(sub) -> str:
+def no_sources_message(sub: Subscriber) -> str:
     if sub.discover:
         return (f"no instrumented process found in {sub.directory}\n"
                 "  wrap a loader with loadertop.instrument(loader), run `loadertop run -- python train.py`,\n"
@@ -55,7 +59,7 @@ def no_sources_message(sub) -> str:
             " (is the trainer running, and publishing there?)")
 
 
-def watch(sub, seconds: float) -> None:
+def watch(sub: Subscriber, seconds: float) -> None:
     """Receive for `seconds`, waking on data (no fixed sleeps)."""
     deadline = time.monotonic() + seconds
     while True:
@@ -69,7 +73,7 @@ def print_error(message: str) -> None:
     print(f"loadertop: {message}", file=sys.stderr)
 
 
-def load_recording(path: str):
+def load_recording(path: str) -> tuple[Recording, None] | tuple[None, str]:
     """(Recording, None) with at least one frame, or (None, the one-line error). The notes on what
     could not be read (a torn tail) go to stderr: the rest is still shown."""
     from loadertop.recording.file import RecordingError, read
@@ -85,7 +89,7 @@ def load_recording(path: str):
     return recording, None
 
 
-def playback_of(recording, window_s: float):
+def playback_of(recording: Recording, window_s: float) -> Playback | None:
     """A Playback of `recording`, or None (with the line printed) when no source is in it."""
     from loadertop import wire
     from loadertop.recording.playback import Playback
@@ -109,11 +113,11 @@ def playback_of(recording, window_s: float):
     return None
 
 
-def open_playback(path: str, window_s: float):
+def open_playback(path: str, window_s: float) -> Playback | None:
     """The Playback of the recording at `path`, or None once the reason is printed (one line;
     notes on a torn tail first)."""
-    recording, error = load_recording(path)
-    if recording is None:
-        print_error(error)
+    loaded = load_recording(path)
+    if loaded[0] is None:
+        print_error(loaded[1])
         return None
-    return playback_of(recording, window_s)
+    return playback_of(loaded[0], window_s)

@@ -24,7 +24,9 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import IO, TYPE_CHECKING, Any
 
 from loadertop import environment
 from loadertop.commands.common import print_error
@@ -32,9 +34,13 @@ from loadertop.commands.view import MIN_REFRESH_S
 from loadertop.examples import demo_train  # imports no torch: the job does, in its own process
 from loadertop.launch import signal_group, start_in_session
 
+if TYPE_CHECKING:
+    from loadertop.client.document import Document
+    from loadertop.client.subscriber import Subscriber
+
 JOB_MODULE = "loadertop.examples.demo_train"
 STOP_GRACE_S = 5.0  # SIGTERM, then this long for the job to stop its workers, then SIGKILL
-STARTUP_TIMEOUT_S = 60.0  # --once: no data by then is an error (torch imports in ~1.5 s here)
+STARTUP_TIMEOUT_S = 60.0  # --once: no data by then is an error (importing torch takes seconds)
 # The job's exit codes after we stopped it: its SIGTERM handler exits 128 + 15; killed: -15 / -9.
 STOPPED_CODES = (0, 128 + signal.SIGTERM, -signal.SIGTERM, -signal.SIGKILL)
 
@@ -68,8 +74,8 @@ class DemoJob:
         self.endpoint = f"ipc://{self.directory}/demo.sock"
         self.phase_file = self.directory / "phase.json"
         self.log_path = self.directory / "demo.log"
-        self.proc: subprocess.Popen | None = None
-        self._log = None
+        self.proc: subprocess.Popen[bytes] | None = None
+        self._log: IO[bytes] | None = None
 
     def start(self) -> None:
         env = dict(os.environ)
@@ -80,10 +86,10 @@ class DemoJob:
         cmd = [sys.executable, "-m", JOB_MODULE,
                *demo_train.phase_command_line(self.phase_seconds, self.phases),
                "--phase-file", str(self.phase_file), "--parent-pid", str(os.getpid())]
-        self._log = open(self.log_path, "wb")
+        self._log = log = open(self.log_path, "wb")
         # Its output goes to a log (the screen is the viewer's); its own session keeps terminal
         # signals (Ctrl-C, SIGHUP) to us, who stop it in order, and lets us kill its workers too.
-        self.proc = start_in_session(cmd, env, stdout=self._log, stderr=subprocess.STDOUT)
+        self.proc = start_in_session(cmd, env, stdout=log, stderr=subprocess.STDOUT)
 
     @property
     def pid(self) -> int | None:
@@ -92,7 +98,7 @@ class DemoJob:
     def exit_code(self) -> int | None:
         return None if self.proc is None else self.proc.poll()
 
-    def phase(self) -> dict | None:
+    def phase(self) -> dict[str, Any] | None:
         """The phase the job announced last (None before it started iterating)."""
         try:
             with open(self.phase_file) as f:
@@ -182,7 +188,7 @@ def run(args: argparse.Namespace) -> int:
         job.cleanup()
 
 
-def _subscriber(job: DemoJob, window_s: float = 3.0):
+def _subscriber(job: DemoJob, window_s: float = 3.0) -> Subscriber:
     from loadertop.client.model import Model
     from loadertop.client.subscriber import Subscriber
 
@@ -212,7 +218,7 @@ def run_once(job: DemoJob, seconds: float) -> int:
     sub = _subscriber(job, window_s=min(3.0, job.phase_seconds * 0.6))
     model = sub.model
     reports: list[str] = []
-    current: tuple | None = None  # (phase dict, last document seen during it)
+    current: tuple[dict[str, Any] | None, Document] | None = None  # (phase, its last document)
     try:
         start = time.monotonic()
         first_data: float | None = None
@@ -258,7 +264,8 @@ def run_once(job: DemoJob, seconds: float) -> int:
     return 0
 
 
-def _phase_report(phase: dict | None, doc, render_text) -> str:
+def _phase_report(phase: dict[str, Any] | None, doc: Document,
+                  render_text: Callable[[Document], str]) -> str:
     if phase is None:
         head = "== demo: starting =="
     else:

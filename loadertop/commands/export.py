@@ -17,6 +17,7 @@ from loadertop.commands.common import add_key_options, open_subscriber, print_er
 TYPE_CHECKING = False  # not typing's, as in the other commands
 if TYPE_CHECKING:
     import argparse
+    from types import FrameType
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
@@ -83,7 +84,7 @@ def run(args: argparse.Namespace) -> int:
         sys.stderr.flush()
         stop = threading.Event()
 
-        def request_stop(signum, frame) -> None:
+        def request_stop(signum: int, frame: FrameType | None) -> None:
             stop.set()
 
         previous = {s: signal.signal(s, request_stop) for s in STOP_SIGNALS}

@@ -14,6 +14,9 @@ from loadertop.commands.common import add_key_options, open_subscriber, print_er
 TYPE_CHECKING = False  # not typing's, as in the other commands
 if TYPE_CHECKING:
     import argparse
+    from types import FrameType
+
+    from loadertop.recording.file import RecordingWriter
 
 POLL_S = 0.1  # the receive loop's longest wait: the writer flushes within FLUSH_S of it
 PROGRESS_S = 1.0
@@ -60,7 +63,7 @@ def parse_size(text: str) -> int:
     return int(value * factor)
 
 
-def open_writer(path: str, max_size: str | None, argv: list[str]):
+def open_writer(path: str, max_size: str | None, argv: list[str]) -> RecordingWriter:
     """A RecordingWriter at `path`, or UsageError with one line (exists, no such directory ...)."""
     from loadertop.recording.file import RecordingWriter
 
@@ -102,7 +105,7 @@ def run(args: argparse.Namespace) -> int:
     sub.recorder = writer
     stopping: list[int] = []
 
-    def stop(signum, frame) -> None:
+    def stop(signum: int, frame: FrameType | None) -> None:
         stopping.append(signum)
 
     previous = {s: signal.signal(s, stop) for s in STOP_SIGNALS}

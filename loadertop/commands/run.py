@@ -19,11 +19,16 @@ import sys
 
 # Only what every `run` needs is imported here: `run` starts before the job and waits for it, so
 # its own start-up is added to every job's (discovery's dataclasses and pathlib, socket and
-# subprocess cost ~14 ms of the ~40 it took here); the rest is imported where it is used, and the
-# job is started with os.posix_spawnp (see _start).
+# subprocess were a third of it: docs/performance.md); the rest is imported where it is used, and
+# the job is started with os.posix_spawnp (see _start).
 from loadertop import environment
 from loadertop.commands import UsageError
 from loadertop.launch import child_env, exit_status
+
+TYPE_CHECKING = False  # not typing's: see above
+if TYPE_CHECKING:
+    from collections.abc import Iterable
+    from typing import Any
 
 # SIGUSR1/2: SLURM and Lightning use them to ask a job to checkpoint or requeue.
 FORWARDED = tuple(getattr(signal, name) for name in
@@ -56,12 +61,12 @@ loader1, ...; loaders wrapped with loadertop.instrument(...) keep their name and
 """
 
 
-def parse(argv: list[str]) -> tuple[dict, list[str]]:
+def parse(argv: list[str]) -> tuple[dict[str, Any], list[str]]:
     """({listen, quiet, help}, command) — options stop at `--` or at the first non-option.
 
     `run`'s parser, written by hand rather than with argparse: `run` starts before the job, and
     its own start-up (argparse and gettext with it) would be added to every job's."""
-    opts = {"listen": None, "quiet": False, "help": False}
+    opts: dict[str, Any] = {"listen": None, "quiet": False, "help": False}
     i = 0
     while i < len(argv):
         arg = argv[i]
@@ -118,7 +123,7 @@ def main(argv: list[str]) -> int:
     return _run_handlers(command, env)  # pragma: no cover - macOS: no sigtimedwait
 
 
-def _hint(env: dict) -> str:
+def _hint(env: dict[str, str]) -> str:
     listen = environment.endpoint(env)
     where = listen or f"private sockets in {environment.discovery_dir(env)}"
     watch = "loadertop"  # discovery: every instrumented process of this user on this machine
@@ -144,7 +149,7 @@ def _hint(env: dict) -> str:
     return f"loadertop run: this job's DataLoaders publish on {where}; watch with: {watch}"
 
 
-def torch_warning(command: list[str], env: dict) -> str | None:
+def torch_warning(command: list[str], env: dict[str, str]) -> str | None:
     """One line when COMMAND is known to run this very Python and this Python has no torch (a
     watching-only install): its DataLoaders cannot be instrumented here.
 
@@ -164,8 +169,8 @@ def torch_warning(command: list[str], env: dict) -> str | None:
 
 def _importable(name: str) -> bool:
     """importlib.util.find_spec(name) is not None, for a top-level name, without importing
-    importlib.util (and contextlib with it: ~6 ms of `run`'s start-up outside an editable
-    install, whose finder imports them anyway)."""
+    importlib.util (and contextlib with it, a part of `run`'s start-up outside an editable
+    install, whose finder imports them anyway: docs/performance.md)."""
     if name in sys.modules:
         return True
     for finder in sys.meta_path:
@@ -213,11 +218,13 @@ def _is_this_python(path: str) -> bool:
             and os.path.realpath(here) == os.path.realpath(there))
 
 
-def _start(command: list[str], env: dict, sigmask=None) -> tuple[int | None, int | None]:
+def _start(command: list[str], env: dict[str, str],
+           sigmask: Iterable[int] | None = None) -> tuple[int, None] | tuple[None, int]:
     """(pid, None), or (None, the exit code a shell would give) for a command it cannot run.
 
     posix_spawn, not subprocess: `run` starts before the job and its own start-up is the job's
-    (subprocess, with selectors and threading, was ~4 of the launcher's imports' ~8 ms here).
+    (subprocess, with selectors and threading, was half of the launcher's imports:
+    docs/performance.md).
     The child gets the signal mask `run` had before blocking (`sigmask`) and SIGPIPE and SIGXFSZ
     back at their defaults (Python ignores them; subprocess's restore_signals does the same).
     Descriptors: Python opens its own close-on-exec, so the child gets what `run` was given."""
@@ -245,7 +252,7 @@ def _poll(pid: int) -> int | None:
     return os.waitstatus_to_exitcode(status) if done else None
 
 
-def _run_sigwait(command: list[str], env: dict) -> int:
+def _run_sigwait(command: list[str], env: dict[str, str]) -> int:
     """Block the signals and take them with sigtimedwait, which says who sent each one.
 
     A terminal's ^C (or ^\\, or a hangup) goes to the whole foreground process group, the child
@@ -256,9 +263,10 @@ def _run_sigwait(command: list[str], env: dict) -> int:
     watched = set(FORWARDED) | {signal.SIGCHLD}
     old_mask = signal.pthread_sigmask(signal.SIG_BLOCK, watched)
     try:
-        pid, code = _start(command, env, sigmask=old_mask)
-        if pid is None:
-            return code
+        started = _start(command, env, sigmask=old_mask)
+        if started[0] is None:
+            return started[1]  # it could not start: the exit code a shell would give
+        pid = started[0]
         while True:
             returncode = _poll(pid)
             if returncode is not None:
@@ -287,14 +295,15 @@ def _same_process_group(pid: int) -> bool:
         return False
 
 
-def _run_handlers(command: list[str], env: dict) -> int:  # pragma: no cover - non-Linux
+def _run_handlers(command: list[str], env: dict[str, str]) -> int:  # pragma: no cover - non-Linux
     """Without sigtimedwait: handlers forward; a ^C while we are the terminal's foreground
     group already reached the child, so SIGINT is forwarded only otherwise."""
-    pid, code = _start(command, env)
-    if pid is None:
-        return code
+    started = _start(command, env)
+    if started[0] is None:
+        return started[1]  # it could not start: the exit code a shell would give
+    pid = started[0]
 
-    def forward(signum, frame):
+    def forward(signum: int, frame: object) -> None:
         if signum == signal.SIGINT and _foreground():
             return
         try:

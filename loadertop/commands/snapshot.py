@@ -14,6 +14,7 @@ if TYPE_CHECKING:
     import argparse
 
 
+
 def parser() -> argparse.ArgumentParser:
     import argparse
 
@@ -37,8 +38,8 @@ def main(argv: list[str]) -> int:
     return run(parser().parse_args(argv))
 
 
-def take(endpoint_args: list[str], seconds: float, *, key=None,
-         server_key=None) -> tuple[Document | None, str | None]:
+def take(endpoint_args: list[str], seconds: float, *, key: str | None = None,
+         server_key: str | None = None) -> tuple[Document, None] | tuple[None, str]:
     """(document, None) or (None, error message).
 
     The whole window is watched even when no process has registered yet: a job registers at its
@@ -102,20 +103,20 @@ def run(args: argparse.Namespace) -> int:
                        server_key=args.server_key)
 
 
-def report_live(endpoint_args: list[str], seconds: float, *, as_json: bool, key=None,
-                server_key=None) -> int:
+def report_live(endpoint_args: list[str], seconds: float, *, as_json: bool, key: str | None = None,
+                server_key: str | None = None) -> int:
     """Watch the endpoints for `seconds` and print the report (or the JSON document): `snapshot`,
     and the viewer's `--once` (or its output not a terminal), which has none of snapshot's
     recording options."""
     try:
-        doc, error = take(endpoint_args, seconds, key=key, server_key=server_key)
+        taken = take(endpoint_args, seconds, key=key, server_key=server_key)
     except UsageError as exc:
         print_error(str(exc))
         return 2
-    if doc is None:
-        print_error(error)
+    if taken[0] is None:
+        print_error(taken[1])
         return 1
-    return _print(doc, as_json)
+    return _print(taken[0], as_json)
 
 
 def _print(doc: Document, as_json: bool) -> int:

@@ -18,6 +18,12 @@ TYPE_CHECKING = False  # not typing's
 if TYPE_CHECKING:
     import argparse
     from collections.abc import Callable
+    from types import FrameType
+    from typing import Any
+
+    from textual.app import App
+
+    from loadertop.client.subscriber import Subscriber
 
 MIN_REFRESH_S = 0.05
 EXIT_SIGNALS = (signal.SIGTERM, signal.SIGHUP)  # leave the screen in order on these
@@ -137,7 +143,7 @@ def run(args: argparse.Namespace) -> int:
               f"({size_text(writer.written)})", file=sys.stderr)
 
 
-def run_app(sub, *, refresh_s: float, no_color: bool,
+def run_app(sub: Subscriber, *, refresh_s: float, no_color: bool,
             note: Callable[[], str | None] | None = None, poll_s: float | None = None) -> int:
     """The TUI on `sub` until the user quits; the subscriber is closed afterwards.
 
@@ -149,18 +155,18 @@ def run_app(sub, *, refresh_s: float, no_color: bool,
 
     feed = NetworkFeed(sub)
     try:
-        extra = {"poll_s": min(poll_s, refresh_s)} if poll_s is not None else {}
+        extra: dict[str, Any] = {"poll_s": min(poll_s, refresh_s)} if poll_s is not None else {}
         run_until_exit(LoadertopApp(feed, refresh_s=refresh_s, no_color=no_color, note=note, **extra))
     finally:
         feed.close()
     return 0
 
 
-def run_until_exit(app) -> None:
+def run_until_exit(app: App[Any]) -> None:
     """Run a Textual app until the user quits; SIGTERM and SIGHUP (a `kill`, a closed terminal)
     make it exit as `q` does, so the terminal is left in order."""
 
-    def exit_app(signum, frame) -> None:
+    def exit_app(signum: int, frame: FrameType | None) -> None:
         app.exit()
 
     previous = {s: signal.signal(s, exit_app) for s in EXIT_SIGNALS}

@@ -41,6 +41,8 @@ See docs/diagnosis.md for the rules and docs/thresholds.md for every threshold a
 
 from __future__ import annotations
 
+from typing import Final
+
 from loadertop.diagnosis.advised import advised_num_workers as advised_num_workers
 from loadertop.diagnosis.categories import (
     compute_bound,
@@ -199,12 +201,12 @@ from loadertop.diagnosis.thresholds import (
 )
 
 # The category names (docs/contract.md §4), as the rest of loadertop spells them.
-IDLE = idle.CATEGORY
-INSUFFICIENT_DATA = insufficient_data.CATEGORY
-COMPUTE_BOUND = compute_bound.CATEGORY
-INPUT_BOUND_IO = input_bound_io.CATEGORY
-INPUT_BOUND_CPU = input_bound_cpu.CATEGORY
-CPU_SATURATED = cpu_saturated.CATEGORY
-MAIN_PROCESS_BOUND = main_process_bound.CATEGORY
-MEMORY_PRESSURE = memory_pressure.CATEGORY
-STALLED = stalled.CATEGORY
+IDLE: Final = idle.CATEGORY
+INSUFFICIENT_DATA: Final = insufficient_data.CATEGORY
+COMPUTE_BOUND: Final = compute_bound.CATEGORY
+INPUT_BOUND_IO: Final = input_bound_io.CATEGORY
+INPUT_BOUND_CPU: Final = input_bound_cpu.CATEGORY
+CPU_SATURATED: Final = cpu_saturated.CATEGORY
+MAIN_PROCESS_BOUND: Final = main_process_bound.CATEGORY
+MEMORY_PRESSURE: Final = memory_pressure.CATEGORY
+STALLED: Final = stalled.CATEGORY

@@ -166,7 +166,7 @@ def make_dataset_class():
             elif self.mode == "cpu":
                 burn_cpu(CPU_PER_SAMPLE_S)  # decoding and augmentation
             # One tensor per sample: each tensor of a batch costs the main process a shared-memory
-            # handle to receive (~1 ms here), and the demo's "model" needs no labels.
+            # handle to receive (docs/performance.md), and the demo's "model" needs no labels.
             return torch.full((3, 16, 16), float(index % 251))
 
     return DemoDataset

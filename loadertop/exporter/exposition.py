@@ -1,10 +1,10 @@
 """The text a scrape gets: prometheus_client's exposition of the registry, with each series'
 name-and-labels written by prometheus_client once and kept.
 
-Why not `generate_latest(registry)` on every new document: with 64 sources (10k series) it took
-~230 ms of CPU here (prometheus_client 0.26, 2 cores), a quarter of the time inside its label
-name checks and escaping, repeated for every series of every scrape though the label sets stay
-the same from one second to the next; building the families' `Sample` objects took ~40 ms more.
+Why not `generate_latest(registry)` on every new document: prometheus_client 0.26 checks and
+escapes every label name of every series at every scrape, though the label sets stay the same
+from one second to the next, and the families' `Sample` objects are built anew too (at 64 sources
+that is most of a scrape's CPU: docs/performance.md).
 
 `SeriesWriter` writes the same bytes from the document's series (`collector.walk`): for a series
 it has not seen, it asks prometheus_client for that series alone (`generate_latest` of a family
@@ -43,8 +43,8 @@ from loadertop.exporter.collector import (
     walk,
 )
 
-# Prometheus asks for gzip; at level 1 a 1 MiB exposition (64 sources) shrinks ~15x in a few ms,
-# where the default level 9 costs several times that for a few per cent more.
+# Prometheus asks for gzip; level 1 shrinks an exposition nearly as much as the default level 9
+# for a fraction of its time (docs/performance.md).
 GZIP_LEVEL = 1
 # A scrape expected before the next advance plus this much is written for ahead (`prepare`).
 PREPARE_MARGIN_S = 0.25
@@ -200,8 +200,8 @@ class Exposition:
     them), and its gzip once per document too.
 
     Always the text format 0.0.4, which every Prometheus reads: OpenMetrics, which Prometheus
-    2.x asks for first, adds nothing these metrics use (no exemplars, no `_created`) and took
-    ~50 % longer to write here (prometheus_client 0.26, 10k series)."""
+    2.x asks for first, adds nothing these metrics use (no exemplars, no `_created`) and is slower
+    to write (prometheus_client 0.26; docs/performance.md)."""
 
     content_type = CONTENT_TYPE_PLAIN_0_0_4
 
@@ -257,7 +257,7 @@ class Exposition:
         """Write the latest document's body now (on the receive thread, just after an advance)
         if the next scrape, expected one gap after the last, comes before the next advance: it
         is then served at once instead of waiting for the writing, which shared the GIL with an
-        advance (a 64-source scrape took up to 134 ms that way here, 30 ms at the median). Once
+        advance (docs/performance.md: a 64-source scrape that way). Once
         per scrape, as when the scrape writes it: a 15 s scraper is not written for every
         second. True if it wrote."""
         scraped_at, gap = self._scraped_at, self._scrape_gap

@@ -106,8 +106,8 @@ class Exporter:
         """`next_advance`, moved (by at most a quarter of an advance each time) towards the grid
         that puts an advance half an advance before the next expected scrape.
 
-        An advance of 64 sources and writing their body after it hold the GIL for ~70 ms here; a
-        scrape arriving meanwhile waited for both (up to 123 ms measured). Half an advance away,
+        An advance and writing its body after it hold the GIL for a while (docs/performance.md: at
+        64 sources); a scrape arriving meanwhile waited for both. Half an advance away,
         the scrape finds its body written and the receive thread idle, and that body is at most
         half an advance old. Prometheus scrapes a target at a fixed offset of its interval, so
         the grid settles after a step or two and then moves only with the scraper's jitter."""
@@ -125,8 +125,8 @@ class Exporter:
         """Receive and advance until `stop` is set (on the thread that owns the subscriber).
 
         The sockets are drained every DRAIN_S rather than on each frame: 64 sources report 256
-        times a second, mostly apart, and a wake-up per frame cost more here than decoding them
-        (~0.3 ms each with 32 sockets polled: 8 % of a core). A frame waits at most DRAIN_S in
+        times a second, mostly apart, and a wake-up per frame cost more than decoding them (each
+        polls every socket; docs/performance.md). A frame waits at most DRAIN_S in
         its socket's queue (RCVHWM frames deep), which no figure of a 3 s window notices."""
         monotonic = time.monotonic
         next_advance = next_drain = monotonic()

@@ -10,11 +10,10 @@
  * The batch and the exception object are the wrapped iterator's own; an error inside the shim's
  * own calls (an append, the error note) is cleared, never raised in the training loop's place.
  *
- * Why C: through a real DataLoader (TensorDataset, batch_size=1, num_workers=0, ~33 us a batch)
- * a Python __next__ with two time.perf_counter_ns() calls and two deque appends added ~1.5 us a
- * batch here, though the same code costs ~0.3 us in a tight loop: each call into a builtin pays
- * for caches the loader's own code evicted. This type added ~0.5 us in the same run (CPython 3.11)
- * appending to a deque, and less with the ring (see StampRing).
+ * Why C: through a real DataLoader a Python __next__ with two time.perf_counter_ns() calls and two
+ * deque appends added several times what the same code costs in a tight loop: each call into a
+ * builtin pays for caches the loader's own code evicted (CPython 3.11). This type adds a fraction
+ * of that, and less with the ring (see StampRing; docs/performance.md gives the figures).
  *
  * With `sampling` set, a batch whose t0 is at or past `next_sample` is handed, after t0 is
  * stamped, to the instance's Python method `_sampled_next(t0)` (the num_workers=0 iterator's
@@ -34,11 +33,9 @@
  * The record's stamps (record.py `events`) where this module is built: raw int64 in a ring, not
  * Python ints in a deque: no int object is made and no method called per stamp, and the loop no
  * longer leaves two ints a batch for the publisher thread to free. The publisher thread
- * `take()`s the stamps (they become Python ints there, off the loop). Measured here: the
- * iterator alone around a Python iterator (tests/benchmarks/overhead.py, section 2) added
- * +137 to +175 ns a next() with a deque, +40 to +49 with the ring; through a real DataLoader
- * (TensorDataset, batch_size=1, num_workers=0, ~19 us a batch; 61 rounds, 50-batch slices)
- * the two did not differ beyond the noise (ring - deque: median -8 ns, quartiles -212/+208).
+ * `take()`s the stamps (they become Python ints there, off the loop). The ring is cheaper than
+ * the deque around a bare Python iterator; through a real DataLoader the two do not differ
+ * beyond the noise (docs/performance.md, tests/benchmarks/overhead.py).
  *
  * Values: t0 > 0, -t1 < 0, 0 (left by an exception), and EPOCH_MARK (None in Python, LLONG_MIN
  * here: never a stamp, as -t1 > LLONG_MIN). The ring starts small and doubles as needed up to
@@ -461,9 +458,9 @@ static PyTypeObject StamperType = {
 /* ---------------------------------------------------------------- the publisher thread's drain
  *
  * record.py's drain turns the stamps into waits and steps while holding the GIL the training loop
- * needs. In Python (slices, min/max, map, a sort per histogram) that took ~0.4 us a batch in
- * isolation and ~0.65 us on the publisher thread of a real loop at ~40k batches/s; these do
- * the same in one pass each (StampRing.take_split, above it, splits the ring's stamps where they
+ * needs. In Python that is slices, min/max, map and a sort per histogram (docs/performance.md:
+ * its cost a batch); these do the same in one pass each (StampRing.take_split, above it, splits
+ * the ring's stamps where they
  * lie), and decimate_micros the report's samples. record.py keeps the pure-Python path for where
  * this is not built, and tests/unit/test_drain.py holds both to the same figures.
  */
@@ -743,8 +740,9 @@ bucket_count(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
  *
  * record.py's `_micros(wire.decimate(samples, limit))` in one pass: at most `limit` of the
  * samples (ns), the (i * n // limit)-th of n, each floor-divided by 1000 (µs). Made at every
- * report for the loop's waits and steps, ~11,000 a report at 45k batches/s: the two Python steps
- * took 22 of the publisher thread's 69 ms in a 6 s profile here. None, making nothing, when a
+ * report for the loop's waits and steps, thousands a report at the fastest loaders, where the two
+ * Python steps were a large part of the publisher thread's time (docs/performance.md). None,
+ * making nothing, when a
  * picked sample is not an int within int64 (Python then does it). */
 static PyObject *
 decimate_micros(PyObject *module, PyObject *const *args, Py_ssize_t nargs)

@@ -84,7 +84,7 @@ def attach(*, endpoint: str | None, directory: str) -> dict:
     if publisher.failed:
         raise RuntimeError(publisher.failed)
     autoinstrument.patch(module)
-    base.__next__ = _timed_next(original_next)
+    base.__next__ = _timed_next(original_next)  # type: ignore[union-attr]  # a type: checked above
     return {"ok": True, "endpoint": publisher.endpoint,
             "entry": str(publisher.entry_path) if publisher.entry_path else None}
 
@@ -229,7 +229,8 @@ def _find_loader(it, frame, module):
         try:
             if value.__dict__.get("_iterator") is it:
                 return True
-            return sampler is not None and value._index_sampler is sampler
+            # a DataLoader (isinstance above): torch 2.13 gives it `_index_sampler`
+            return sampler is not None and value._index_sampler is sampler  # type: ignore[attr-defined]
         except Exception:
             return False
 

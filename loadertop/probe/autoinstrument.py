@@ -152,14 +152,16 @@ def _patch_iter(cls: type) -> bool:
     __iter__.__name__ = getattr(original, "__name__", "__iter__")
     __iter__.__qualname__ = getattr(original, "__qualname__", f"{cls.__name__}.__iter__")
     __iter__.__doc__ = original.__doc__
-    __iter__.__wrapped__ = original
-    __iter__._loadertop_original = original
-    cls.__iter__ = __iter__
+    # Torch's classes are patched at run time: attributes and methods mypy takes as fixed.
+    __iter__.__wrapped__ = original  # type: ignore[attr-defined]
+    __iter__._loadertop_original = original  # type: ignore[attr-defined]
+    cls.__iter__ = __iter__  # type: ignore[attr-defined]
     return True
 
 
 def _subclasses(cls: type) -> list[type]:
-    found, todo = [], list(cls.__subclasses__())
+    found: list[type] = []
+    todo: list[type] = list(cls.__subclasses__())
     while todo:
         sub = todo.pop()
         if sub not in found:
@@ -186,8 +188,9 @@ def _patch_subclass_creation(cls: type) -> None:
         except Exception as exc:  # observing must never break a class statement
             _warn(f"could not instrument {sub.__name__}: {exc!r}")
 
-    __init_subclass__._loadertop_original = own if own is not None else _NO_OWN
-    cls.__init_subclass__ = classmethod(__init_subclass__)
+    # As in _patch_iter: a patched class and a function with an attribute of ours.
+    __init_subclass__._loadertop_original = own if own is not None else _NO_OWN  # type: ignore[attr-defined]
+    cls.__init_subclass__ = classmethod(__init_subclass__)  # type: ignore[arg-type, assignment, method-assign]
 
 
 _NO_OWN = object()  # DataLoader had no __init_subclass__ of its own: unpatch deletes ours
@@ -202,13 +205,13 @@ def unpatch(module) -> None:
         current = klass.__dict__.get("__iter__")
         original = getattr(current, "_loadertop_original", None)
         if original is not None:
-            klass.__iter__ = original
+            klass.__iter__ = original  # type: ignore[attr-defined]
     hook = cls.__dict__.get("__init_subclass__")
     own = getattr(getattr(hook, "__func__", None), "_loadertop_original", None)
     if own is _NO_OWN:
         del cls.__init_subclass__
     elif own is not None:
-        cls.__init_subclass__ = own
+        cls.__init_subclass__ = own  # type: ignore[method-assign]
 
 
 def apply_rank_port(environ=os.environ) -> None:
@@ -347,8 +350,9 @@ def _library_dirs() -> tuple[str, ...]:
     if _LIBRARY_DIRS is None:
         dirs = [os.path.dirname(os.path.abspath(__file__)) + os.sep]
         torch = sys.modules.get("torch")
-        if torch is not None and getattr(torch, "__file__", None):
-            dirs.append(os.path.dirname(os.path.abspath(torch.__file__)) + os.sep)
+        torch_file: str | None = getattr(torch, "__file__", None) if torch is not None else None
+        if torch_file:
+            dirs.append(os.path.dirname(os.path.abspath(torch_file)) + os.sep)
         _LIBRARY_DIRS = tuple(dirs)
     return _LIBRARY_DIRS
 

@@ -8,8 +8,8 @@ from loadertop.probe.record import LoaderRecord
 # Queue-depth sampling: the queue changes with every batch, so it is sampled in proportion to the
 # batch rate of the last second, SAMPLES_PER_BATCH, at REPORT_S / k for k in SAMPLES_PER_REPORT
 # (the grid): 4 Hz up to ~27 batches/s (12 samples in the viewer's 3 s window), 48 Hz from 320/s
-# on. The 50 Hz of old cost 0.65 % of a core in wake-ups alone here, for a 20 batches/s loader
-# whose queue changes ~40 times a second.
+# on. A fixed rate well above a slow loader's queue changes paid for wake-ups that saw nothing new
+# (docs/performance.md: the fixed rate of old).
 SAMPLES_PER_BATCH = 0.15
 SAMPLES_PER_REPORT = (1, 2, 3, 4, 6, 12)
 REPORT_S = 0.25  # one report per loader: 4 Hz keeps the viewer's 1 s refresh fresh

@@ -5,9 +5,15 @@ taken by probe/stacks.py)."""
 from __future__ import annotations
 
 import time
+from typing import TYPE_CHECKING, Any
 
 from loadertop import wire
 from loadertop.probe import stacks, torch_internals
+
+if TYPE_CHECKING:  # the state of every seam (record_state.py); object at run time
+    from loadertop.probe.record_state import RecordState
+else:
+    RecordState = object
 
 # Hang forensics: past this long inside one next() (the loop) or one batch (a worker), each
 # report carries the thread's stack, taken again at most once per STACK_REFRESH_NS.
@@ -31,7 +37,7 @@ class _StackAsk:
         self.stack: wire.Stack | None = None
 
 
-class HangForensics:
+class HangForensics(RecordState):
     """LoaderRecord's hang forensics (a mixin: see record.py). The drain resets the busy times
     at each epoch mark; `sample_workers` (worker_resources.py) updates them at ~1 Hz."""
 
@@ -53,7 +59,7 @@ class HangForensics:
         if len(self._stack_files) < wire.MAX_WORKERS:
             self._stack_files[pid] = path
 
-    def _update_busy(self, it, now_ns: int) -> None:
+    def _update_busy(self, it: Any, now_ns: int) -> None:
         """Which workers are inside a batch, and since when (1 Hz, from torch's `_task_info`).
 
         A worker with tasks outstanding works on them back to back, so it has been inside its
@@ -105,7 +111,7 @@ class HangForensics:
             status = self._worker_status.get(wid)
             if status is not None and status[0] == pid and status[1]:  # alive at the last look
                 stacks.trim_dump_file(path)
-                stacks.ask_worker_stack(pid)
+                stacks.ask_worker_stack(pid)  # type: ignore[arg-type]  # a path was found: pid is set
             ask.next_ns = now_ns + ask.gap_ns
             ask.gap_ns = min(2 * ask.gap_ns, STACK_ASK_MAX_GAP_NS)
         stack = stacks.read_dump_file(path, ask.since)

@@ -5,9 +5,12 @@ them in µs (`decimated_micros`); each in C where `probe/_hotpath.c` is built, e
 from __future__ import annotations
 
 import bisect
+from collections.abc import Callable
 
 from loadertop import wire
 
+_c_bucket_count: Callable[[tuple[int, ...], list[int], list[int]], int | None] | None
+_c_decimate_micros: Callable[[list[int], int], list[int] | None] | None
 try:  # the drain's bulk counting and the report's decimation in C (probe/_hotpath.c)
     from loadertop.probe._hotpath import bucket_count as _c_bucket_count
     from loadertop.probe._hotpath import decimate_micros as _c_decimate_micros
@@ -36,11 +39,12 @@ class BucketCounts:
         self.sum_ns += value_ns
 
     def histogram(self) -> wire.Histogram:
-        return wire.Histogram(counts=list(self.counts), sum_ns=max(0, self.sum_ns))
+        # arg-type: lists go out as tuples do (msgpack arrays), wire's types are as decoded
+        return wire.Histogram(counts=list(self.counts), sum_ns=max(0, self.sum_ns))  # type: ignore[arg-type]
 
 
-SORT_FROM = 64  # py_bucket_count: below this many values one bisect each is cheapest (~0.2 µs a
-# value here); above it, one sort and a bisect per bound (~0.06 µs a value at 1000).
+SORT_FROM = 64  # py_bucket_count: below this many values one bisect each is cheapest; above it,
+# one sort and a bisect per bound (docs/performance.md: the two, a value each).
 
 
 def py_bucket_count(bounds: tuple[int, ...], counts: list[int], values_ns: list[int]) -> int:
@@ -61,9 +65,8 @@ def py_bucket_count(bounds: tuple[int, ...], counts: list[int], values_ns: list[
 
 
 def bucket_count(bounds: tuple[int, ...], counts: list[int], values_ns: list[int]) -> int:
-    """In C where it is built: a wait and a step counted in 17 ns a batch here (median of 40
-    chunks of 5,000 batches), against 239 in Python (a sort each). The C one declines (None)
-    values that are not ints within int64, which Python then counts."""
+    """In C where it is built (one pass, where Python sorts; docs/performance.md). The C one
+    declines (None) values that are not ints within int64, which Python then counts."""
     if _c_bucket_count is not None and type(values_ns) is list:
         total = _c_bucket_count(bounds, counts, values_ns)
         if total is not None:

@@ -1,17 +1,17 @@
 """The workers' samples reach their main process over an AF_UNIX SOCK_SEQPACKET socket.
 
 Each worker process connects once (`worker._Sender.connect`): one `socket()` and one `connect()`,
-~2.5 µs here, no thread. A ZeroMQ PUSH socket in each worker cost a context (two threads) and a
-handshake with this process's I/O thread: measured here, ~2-3 ms more before the first batch of
-every 2-worker loader (`tests/benchmarks/overhead.py`, section 5), paid at every epoch start
-without persistent workers. SEQPACKET keeps each message whole (a send queues all of it or
-fails with EAGAIN, never part), so a worker's non-blocking send never blocks and never tears a
-message; a full socket drops the sample, and the worker counts it (`WorkerSample.dropped`).
+no thread. A ZeroMQ PUSH socket in each worker cost a context (two threads) and a handshake with
+this process's I/O thread before the first batch of every loader, paid at every epoch start
+without persistent workers (docs/performance.md gives both). SEQPACKET keeps each message whole
+(a send queues all of it or fails with EAGAIN, never part), so a worker's non-blocking send never
+blocks and never tears a message; a full socket drops the sample, and the worker counts it
+(`WorkerSample.dropped`).
 
 Capacity: what a connection holds between two reads (REPORT_S apart) is bounded by the worker's
-send buffer. A worker asks for SNDBUF_BYTES; Linux caps it at net.core.wmem_max. Measured here
-with 60-byte messages: 278 queued with the default 212992 bytes (read 4 times a second: ~1,100
-batches/s a worker), 10,923 with 4 MiB.
+send buffer (the kernel counts each message's overhead too, so a default buffer holds few
+samples: docs/performance.md). A worker asks for SNDBUF_BYTES; Linux caps it at
+net.core.wmem_max.
 
 The socket file lives in the private discovery directory (0700), like the XPUB's ipc socket.
 Nothing read here is trusted: each message is decoded and validated by `wire.decode_sample`, and a

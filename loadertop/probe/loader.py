@@ -19,6 +19,7 @@ from loadertop.probe.publisher import get_publisher, warn_once
 from loadertop.probe.record import LOOP_CPU_SAMPLE_NS, LoaderRecord
 from loadertop.probe.worker import WorkerHook
 
+_hotpath: types.ModuleType | None
 try:  # the C hot path: built by setup.py on Linux; optional, so an install without a compiler
     from loadertop.probe import _hotpath  # works, on the pure-Python one
 except ImportError:  # pragma: no cover - CI fails where it is missing (test_hotpath)
@@ -102,8 +103,8 @@ def _iterator_classes(stamper: type) -> tuple[type, type]:
 
     class _SingleProcessIterator(_InstrumentedIterator):
         """num_workers=0: the loop itself fetches, so at most once per LOOP_CPU_SAMPLE_NS one batch
-        is measured in detail — its fetch CPU time (a thread CPU-clock read is a syscall, ~0.8 µs
-        here) and its stages: for that one batch `_StageProbe` stands in for the iterator's
+        is measured in detail — its fetch CPU time (a thread CPU-clock read is a syscall: too dear
+        for every batch) and its stages: for that one batch `_StageProbe` stands in for the iterator's
         fetcher. Every other batch takes the plain hot path."""
 
         __slots__ = ()
@@ -135,7 +136,8 @@ def _iterator_classes(stamper: type) -> tuple[type, type]:
                 fetch = probe.fetch_end - probe.fetch_start - collate
                 produced = probe.fetch_end - t0
             self._rec.loop_samples.append((t1 - t0, c1 - c0, fetch, collate, produced))
-            self.next_sample = t1 + LOOP_CPU_SAMPLE_NS
+            # A slot of the hot path's class (`stamper`), a base mypy cannot see through.
+            self.next_sample = t1 + LOOP_CPU_SAMPLE_NS  # type: ignore[misc]
             return batch
 
     return _InstrumentedIterator, _SingleProcessIterator
@@ -165,7 +167,7 @@ class _StageProbe:
     put back right after. Only the values of attributes those objects already have are replaced:
     adding a `fetch` attribute to the fetcher instead (this probe's first form) left the fetcher's
     attribute dict changed after it was popped again, and every later batch of that iterator
-    paid for it (~500 ns a batch through TensorDataset, batch_size=1, CPython 3.11). The fetcher's
+    paid for it (CPython 3.11: docs/performance.md). The fetcher's
     own `fetch` and the user's `collate_fn` each run once; results and exceptions pass through.
     """
 
@@ -236,10 +238,9 @@ def instrumented_iter(loader, record: LoaderRecord, endpoint: str | None, origin
 def _generators_for_fork(loader, user_init_fn) -> list | None:
     """The random generators reachable from the dataset, found here, before torch forks the
     workers, so that a forked worker reads their states without walking the dataset itself (a
-    first touch there of everything the walk reads: ~110 µs a worker on the way to its first
-    batch). Here it costs ~90 µs and ~28 page faults by median for a dataset of a few
-    attributes, in a loop of 2-worker epochs (each fork leaves the parent's pages to be copied
-    at their next write; ~7-10 µs warm): about one worker's saving, paid once, not in each.
+    first touch there of everything the walk reads, on the way to its first batch). Here it
+    costs about what one worker saves (each fork leaves the parent's pages to be copied at their
+    next write; docs/performance.md: the walk in each), paid once, not in each.
     Only where that holds (rng.capture's `untouched`): workers forked, and no worker_init_fn of
     the program, which could make generators of its own; and only when this iter() starts
     workers (torch 2.13 resets a persistent iterator's workers: they ran their hook when they
@@ -279,7 +280,7 @@ class InstrumentedDataLoader:
         delattr(self._lt_loader, name)
 
     # `isinstance(wrapped, DataLoader)` stays true, as frameworks check it (wrapt does the same).
-    @property
+    @property  # type: ignore[misc]  # read-only here: assigning a wrapper's class is not meant
     def __class__(self):
         return type(self._lt_loader)
 

@@ -19,6 +19,8 @@ from __future__ import annotations
 import inspect
 import os
 from collections.abc import Mapping
+from types import ModuleType
+from typing import Any
 
 from loadertop import environment
 
@@ -27,7 +29,7 @@ from loadertop import environment
 WORKER_ONLY_ARGUMENTS = ("prefetch_factor", "persistent_workers", "multiprocessing_context")
 
 
-def install(module, environ: Mapping[str, str] = os.environ) -> bool:
+def install(module: ModuleType, environ: Mapping[str, str] = os.environ) -> bool:
     """Wrap `module.DataLoader.__init__` to impose LOADERTOP_TUNE_NUM_WORKERS; False when the
     variable is unset, the class is not what we know, or it is wrapped already."""
     num_workers = environment.tune_num_workers(environ)
@@ -40,30 +42,33 @@ def install(module, environ: Mapping[str, str] = os.environ) -> bool:
     except (TypeError, ValueError):
         return False
 
-    def __init__(self, *args, **kwargs):
+    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
         args, kwargs = overridden_arguments(signature, (self, *args), kwargs, num_workers)
         original(*args, **kwargs)
 
     __init__.__name__ = original.__name__
     __init__.__qualname__ = getattr(original, "__qualname__", "DataLoader.__init__")
     __init__.__doc__ = original.__doc__
-    __init__.__wrapped__ = original  # inspect.signature(DataLoader) still shows torch's own
-    __init__._loadertop_original = original
-    cls.__init__ = __init__
+    # Torch's class is patched at run time: attributes and methods mypy takes as fixed.
+    # inspect.signature(DataLoader) still shows torch's own through __wrapped__.
+    __init__.__wrapped__ = original  # type: ignore[attr-defined]
+    __init__._loadertop_original = original  # type: ignore[attr-defined]
+    cls.__init__ = __init__  # type: ignore[misc]
     return True
 
 
-def uninstall(module) -> None:
+def uninstall(module: ModuleType) -> None:
     """Restore the original `__init__` (tests)."""
     cls = getattr(module, "DataLoader", None)
     current = cls.__dict__.get("__init__") if isinstance(cls, type) else None
     original = getattr(current, "_loadertop_original", None)
     if original is not None:
-        cls.__init__ = original
+        cls.__init__ = original  # type: ignore[misc]
 
 
-def overridden_arguments(signature: inspect.Signature, args: tuple, kwargs: dict,
-                         num_workers: int) -> tuple[tuple, dict]:
+def overridden_arguments(signature: inspect.Signature, args: tuple[Any, ...],
+                         kwargs: dict[str, Any],
+                         num_workers: int) -> tuple[tuple[Any, ...], dict[str, Any]]:
     """(args, kwargs) of a `DataLoader.__init__(self, ...)` call with `num_workers` replaced, and
     the worker-only arguments dropped when it is 0. A call that does not bind is returned as it
     came: torch then reports the caller's own mistake."""

@@ -7,9 +7,9 @@ loader every REPORT_S on an XPUB socket. XPUB lets it see a viewer subscribe and
 report at once, so a late joiner needs no wait. Sends are NOBLOCK onto a bounded HWM: a slow,
 frozen or dead viewer costs dropped messages (visible as sequence gaps), never a blocked loop.
 
-What the thread costs is mostly its wake-ups: on a 2-core VM each one costs ~125-200 µs of this
-thread's CPU however little it does (timer, scheduler, GIL, cold caches), against a goal of
-<= 0.5 % of a core. So all periodic work sits on one grid (every SLOW_S tick is a REPORT_S tick
+What the thread costs is mostly its wake-ups: each one costs this thread CPU however little it
+does (timer, scheduler, GIL, cold caches; docs/performance.md gives the figure and the goal). So
+all periodic work sits on one grid (every SLOW_S tick is a REPORT_S tick
 is a sample tick); queues are sampled in proportion to the batch rate; the workers' samples are
 read in bulk before each report instead of waking the thread once per batch; and the only
 wake-up off the grid is a viewer subscribing.
@@ -30,6 +30,7 @@ import threading
 import time
 import weakref
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from loadertop import discovery, endpoints, environment, wire
 from loadertop.probe import torch_internals
@@ -46,12 +47,22 @@ from loadertop.probe.inbox import WorkerInbox
 from loadertop.probe.record import LoaderRecord
 from loadertop.probe.resources import RESOURCE_S, ResourceSampler
 
+if TYPE_CHECKING:
+    from types import FrameType, ModuleType
+
+    from zmq import Socket as _ZmqSocket
+
+    from loadertop.probe.system_feed import SystemFeed
+    from loadertop.remote import CurveServer
+
+    Socket = _ZmqSocket[bytes]  # the XPUB socket
+
 # On a subscription the system sampler is read at once to start its rates (its figures are
 # deltas between two readings); the first figures go out at a 1 Hz tick at least this long after.
 SYSTEM_MIN_GAP_S = 0.2
 RETIRE_AFTER_S = 10.0  # a loader garbage-collected this long ago says goodbye and stops reporting
 SNDHWM = 1000
-WORKER_RCVHWM = 10000  # workers' samples read at most at once (REPORT_S apart): 40k/s
+WORKER_RCVHWM = 10000  # workers' samples read at most at once: this many per REPORT_S
 REUSE_WAIT_S = 0.05  # how long a loader re-made under a dropped one's name waits for it to go
 CLOSE_LINGER_MS = 200  # at exit, let the goodbye messages leave, but never hold exit longer
 
@@ -73,12 +84,12 @@ def warn_once(message: str) -> None:
 
 # What only a viewer needs (psutil for the workers' CPU and memory and for the slow readings, the
 # machine's sampler, NVML's dlopen) is loaded by the publisher thread when the first viewer
-# subscribes: a program nobody watches never pays for it (psutil and the system sampler were
-# ~12 of the ~40 ms the probe's start took at a first loader here). An import or a dlopen on a
+# subscribes: a program nobody watches never pays for it (psutil and the system sampler were a
+# good part of the probe's start at a first loader: docs/performance.md). An import or a dlopen on a
 # thread while another thread forks leaves its lock held in the child, which then deadlocks at
 # its own import of that module (seen with `import zmq` in a forked DataLoader worker); so a
 # fork waits, in os.register_at_fork's `before`, until that loading is done (at most once per
-# process, for ~12 ms, and only if a fork comes exactly then).
+# process, for as long as that loading takes, and only if a fork comes exactly then).
 _loading = threading.Lock()
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(before=_loading.acquire, after_in_parent=_loading.release,
@@ -150,19 +161,19 @@ class Publisher:
         self.endpoint = self.requested_endpoint or f"ipc://{self.directory}/{self.pid}.sock"
         # The workers' samples: a SOCK_SEQPACKET socket's path (probe/inbox.py), not ZeroMQ.
         self.worker_endpoint: str | None = f"{self.directory}/{self.pid}-workers.sock"
-        self.entry_path = None
+        self.entry_path: Path | None = None
         self.failed: str | None = None
         self.subscriptions = 0  # subscriptions held now (XPUB_VERBOSE/VERBOSER report each)
         self._stop = threading.Event()
         # A pipe the thread's poll also waits on, so that close() wakes it at once: it sleeps up
         # to REPORT_S in zmq's poll, which a threading.Event cannot interrupt, and at exit that
-        # wait was on average half of it (measured 22-236 ms of `close()` at the end of a job).
+        # wait was on average half of it (docs/performance.md: close() at the end of a job).
         self._wake: tuple[int, int] | None = None
         self._ready = threading.Event()
         self._send_now = False
         self._thread: threading.Thread | None = None
-        self._system = None  # loadertop.probe.system_feed.SystemFeed, once a viewer subscribed
-        self._curve = None  # loadertop.remote.CurveServer when LOADERTOP_CURVE_SECRET is set
+        self._system: SystemFeed | None = None  # once a viewer subscribed
+        self._curve: CurveServer | None = None  # when LOADERTOP_CURVE_SECRET is set
         self._resources = ResourceSampler()
         self._viewer_tools = False  # psutil and the machine's sampler loaded (see _loading)
         self.stack_dir: str | None = None  # set at start when the directory can be made
@@ -179,7 +190,7 @@ class Publisher:
             self._names.add(name)
             return name
 
-    def register(self, loader, name: str) -> LoaderRecord:
+    def register(self, loader: Any, name: str) -> LoaderRecord:
         record = LoaderRecord(
             loader, name=name, source=f"{self.host}:{self.pid}:{name}", host=self.host,
             rank=self.rank, command=self.command, process_started_at=self.started_at,
@@ -191,7 +202,7 @@ class Publisher:
         record.stack_dir = self.stack_dir
         return record
 
-    def reuse_named(self, loader, name: str) -> LoaderRecord | None:
+    def reuse_named(self, loader: Any, name: str) -> LoaderRecord | None:
         """The record of a loader named `name` that has died (garbage-collected, no iterator
         left), handed to `loader`: a loader re-created each epoch (or with another num_workers)
         under the same name stays one source, whose earlier settings the viewer keeps — as
@@ -221,7 +232,8 @@ class Publisher:
             if record not in self.records:
                 self.records.append(record)
 
-    def _retire_dead(self, zmq, pub, records: list[LoaderRecord], now: float) -> None:
+    def _retire_dead(self, zmq: ModuleType, pub: Socket, records: list[LoaderRecord],
+                     now: float) -> None:
         """Loaders created anew each epoch would otherwise pile up as sources reported forever."""
         for record in records:
             if not record.alive():
@@ -314,7 +326,7 @@ class Publisher:
     def _remove_files(self) -> None:
         if self.pid != os.getpid():
             return
-        paths = [self.entry_path]
+        paths: list[str | Path | None] = [self.entry_path]
         if self.endpoint and self.endpoint.startswith(f"ipc://{self.directory}/"):
             paths.append(self.endpoint[len("ipc://"):])
         if self.worker_endpoint and self.worker_endpoint.startswith(f"{self.directory}/"):
@@ -368,7 +380,8 @@ class Publisher:
                 print(f"loadertop: publishing loader figures on {self.endpoint}, reachable beyond "
                       f"this machine", file=sys.stderr, flush=True)
             try:
-                inbox = WorkerInbox(self.worker_endpoint)
+                # Set: start() returns before this thread is started wherever it is None.
+                inbox = WorkerInbox(self.worker_endpoint)  # type: ignore[arg-type]
             except OSError:
                 inbox = None
                 self.worker_endpoint = None
@@ -395,10 +408,10 @@ class Publisher:
             ctx.term()
             self._remove_files()
 
-    def _loop(self, zmq, pub, inbox) -> None:
+    def _loop(self, zmq: ModuleType, pub: Socket, inbox: WorkerInbox | None) -> None:
         # Only the XPUB is polled (a viewer subscribing is answered at once). The workers' inbox
         # is read before each report instead: polling it woke this thread once per batch of every
-        # multi-worker loader (~100 µs of CPU per wake-up here: 9 % of a core at 900 batches/s).
+        # multi-worker loader, at a wake-up's cost each (docs/performance.md).
         poller = zmq.Poller()
         poller.register(pub, zmq.POLLIN)
         if self._wake is not None:
@@ -448,7 +461,7 @@ class Publisher:
                 for record in records:
                     record.sample_workers()
                 if watched and now >= next_resources:
-                    # The slow readings (USS/PSS ~1.3 ms a process here, fds, threads): every
+                    # The slow readings (USS/PSS, the costly part; fds, threads): every
                     # RESOURCE_S and only for a viewer, on this thread, never the training one.
                     # on the 1 s grid: the tick at RESOURCE_S from now, not the one after it
                     next_resources = now + round(RESOURCE_S * 1e9) - slow_ns // 2
@@ -485,13 +498,13 @@ class Publisher:
                 for record in records:
                     self._send(zmq, pub, record.report(now_ns, sent_at, probe_cpu, watched))
 
-    def _send(self, zmq, pub, msg) -> None:
+    def _send(self, zmq: ModuleType, pub: Socket, msg: wire.Message) -> None:
         try:
             pub.send(wire.encode(msg), zmq.NOBLOCK)
         except zmq.Again:  # PUB drops at HWM by itself; this is only defensive
             pass
 
-    def _read_subscriptions(self, zmq, pub) -> None:
+    def _read_subscriptions(self, zmq: ModuleType, pub: Socket) -> None:
         while True:
             try:
                 msg = pub.recv(zmq.NOBLOCK)
@@ -503,7 +516,7 @@ class Publisher:
             elif msg[:1] == b"\x00":
                 self.subscriptions = max(0, self.subscriptions - 1)
 
-    def _read_worker_samples(self, inbox) -> None:
+    def _read_worker_samples(self, inbox: WorkerInbox) -> None:
         by_source = {r.source: r for r in self.records}
         for data in inbox.read(WORKER_RCVHWM):
             try:
@@ -537,13 +550,16 @@ class Publisher:
             except Exception:
                 self._system = None
 
-    def _sample_system(self):
+    def _sample_system(self) -> wire.SystemReport | None:
+        system = self._system
+        if system is None:
+            return None
         try:
-            return self._system.report()
+            return system.report()
         except Exception:
             return None
 
-    def _send_system(self, zmq, pub) -> None:
+    def _send_system(self, zmq: ModuleType, pub: Socket) -> None:
         """The machine's figures travel from the trainer's side (issue: remote viewers)."""
         if self._system is None:
             return
@@ -551,7 +567,8 @@ class Publisher:
         if msg is not None:
             self._send(zmq, pub, msg)
 
-    def _goodbye(self, zmq, pub, inbox=None) -> None:
+    def _goodbye(self, zmq: ModuleType, pub: Socket | None,
+                 inbox: WorkerInbox | None = None) -> None:
         if pub is None or not self._ready.is_set() or self.failed:
             return
         if inbox is not None:
@@ -576,7 +593,7 @@ class Publisher:
                 pass
 
 
-def _on_sigterm(signum, frame) -> None:
+def _on_sigterm(signum: int, frame: FrameType | None) -> None:
     """SIGTERM's default kills without atexit: remove our files, then die as SIGTERM would."""
     pub = _publisher
     if pub is not None and pub.pid == os.getpid():

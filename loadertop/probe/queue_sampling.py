@@ -4,11 +4,17 @@ thread (4-48 Hz while a viewer is subscribed, see publisher.py), never on the ho
 from __future__ import annotations
 
 import time
+from typing import TYPE_CHECKING
 
 from loadertop.probe import torch_internals
 
+if TYPE_CHECKING:  # the state of every seam (record_state.py); object at run time
+    from loadertop.probe.record_state import RecordState
+else:
+    RecordState = object
 
-class QueueSampling:
+
+class QueueSampling(RecordState):
     """LoaderRecord's queue sampling (a mixin: see record.py); its sums go out with the next
     report (report_assembly.py: `_reset_interval`)."""
 

@@ -23,6 +23,8 @@ import threading
 import time
 import weakref
 from collections import deque
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 from loadertop import wire
 from loadertop.probe import torch_internals
@@ -33,12 +35,15 @@ from loadertop.probe.stage_pairing import EpochPairing, StagePairing
 from loadertop.probe.stamp_drain import EPOCH_MARK, StampDrain, new_events
 from loadertop.probe.worker_resources import WorkerResources
 
+if TYPE_CHECKING:
+    from loadertop.probe.record_state import LoopSample
+
 LOOP_CPU_SAMPLE_NS = 10_000_000  # num_workers=0: measure the loop's fetch CPU every >= 10 ms
 
 
 class LoaderRecord(StampDrain, StagePairing, QueueSampling, WorkerResources, HangForensics,
                    ReportAssembly):
-    def __init__(self, loader, *, name: str, source: str, host: str, rank: int | None,
+    def __init__(self, loader: Any, *, name: str, source: str, host: str, rank: int | None,
                  command: str, process_started_at: float) -> None:
         # --- written by the training thread ---
         # t0 > 0, -t1 < 0, 0, or EPOCH_MARK: raw in a C ring where it is built (the C hot path
@@ -46,11 +51,12 @@ class LoaderRecord(StampDrain, StagePairing, QueueSampling, WorkerResources, Han
         self.events = new_events()
         # num_workers=0, one batch per LOOP_CPU_SAMPLE_NS: (wall, cpu, fetch, collate, produced)
         # in ns, `produced` counted from next()'s entry; fetch/collate None where unmeasured.
-        self.loop_samples: deque = deque(maxlen=4096)
+        self.loop_samples: deque[LoopSample] = deque(maxlen=4096)
         self._iterator_ref = None
-        self._pairings: deque = deque(maxlen=64)  # one EpochPairing per EPOCH_MARK, in order
-        self._unresolved: deque = deque()  # pairings whose pids the publisher has yet to read
-        self._iter_starts: deque = deque(maxlen=64)  # each EPOCH_MARK's iter() start, in order
+        # one EpochPairing (or None: no workers) per EPOCH_MARK, in order
+        self._pairings: deque[EpochPairing | None] = deque(maxlen=64)
+        self._unresolved: deque[EpochPairing] = deque()  # pairings whose pids the publisher has yet to read
+        self._iter_starts: deque[int | None] = deque(maxlen=64)  # each EPOCH_MARK's iter() start, in order
         self.error: wire.LoopError | None = None  # the last exception out of next() this epoch
         self._error_new = False
         self._loop_thread: int | None = None  # the thread that iterates (its stack for loop_hung)
@@ -66,7 +72,7 @@ class LoaderRecord(StampDrain, StagePairing, QueueSampling, WorkerResources, Han
         self._loader_ref = _weak(loader)
         self.config = wire.LoaderConfig(**torch_internals.loader_config(loader))
         # what `config` was read from (see refresh_config)
-        self._config_key: tuple | None = torch_internals.settings_key(loader)
+        self._config_key: tuple[Any, ...] | None = torch_internals.settings_key(loader)
         self._loop_cpu_clock: int | None = None  # CPU clock of the thread that iterates
         self.retired_since: float | None = None  # set by the publisher while the loader is dead
         # --- publisher-thread state, seam by seam ---
@@ -78,13 +84,14 @@ class LoaderRecord(StampDrain, StagePairing, QueueSampling, WorkerResources, Han
         self._init_report_assembly()
 
     # ------------------------------------------------------------ training thread (not hot)
-    def attach(self, iterator, started_ns: int | None = None) -> None:
+    def attach(self, iterator: Any, started_ns: int | None = None) -> None:
         """A new epoch's iterator: called from the loader's __iter__, never per batch.
         `started_ns` is when that __iter__ began (the workers start inside it).
 
         This runs right after torch forked the epoch's workers, where every page of this process
-        the loop's thread writes first is copied (a page fault each: ~87 of them and 0.38 ms here
-        when this read the workers' pids and the loader's settings itself). So it keeps to
+        the loop's thread writes first is copied (a page fault each; docs/performance.md,
+        "recording the epoch", when this read the workers' pids and the loader's settings itself).
+        So it keeps to
         references and appends: the settings are read before the fork (`refresh_config`), and the
         workers' pids on the publisher thread (`_resolve_epochs`), from torch's own list of the
         epoch's Process objects, which stays readable after a worker dies or the iterator goes."""
@@ -99,11 +106,12 @@ class LoaderRecord(StampDrain, StagePairing, QueueSampling, WorkerResources, Han
         # count); new workers start at generation 0.
         self._generation = self._generation + 1 if same_iterator else 0
         num_workers = self.config.num_workers
+        pairing: EpochPairing | None
         if num_workers:
             # torch 2.13 starts the workers in the iterator's __init__ and keeps them in
             # `_workers`: holding that list now, not at the next 1 Hz sample, means a worker that
             # dies (and takes the iterator with it) in the first second is still reported dead.
-            pairing: EpochPairing | None = EpochPairing(
+            pairing = EpochPairing(
                 None, self._generation,
                 "in_order_false" if getattr(iterator, "_in_order", True) is False else None,
                 getattr(iterator, "_workers", None), num_workers)
@@ -114,7 +122,7 @@ class LoaderRecord(StampDrain, StagePairing, QueueSampling, WorkerResources, Han
         self._iter_starts.append(started_ns)
         self.events.append(EPOCH_MARK)
 
-    def refresh_config(self, loader) -> None:
+    def refresh_config(self, loader: Any) -> None:
         """The loader's settings, read again before each epoch's iterator (and so before torch
         forks its workers): only where `torch_internals.settings_key` differs from the last
         time."""
@@ -147,7 +155,7 @@ class LoaderRecord(StampDrain, StagePairing, QueueSampling, WorkerResources, Han
         return self._loader_ref is not None and self._loader_ref() is None
 
     @property
-    def iterator(self):
+    def iterator(self) -> Any:
         return self._iterator_ref() if self._iterator_ref is not None else None
 
 
@@ -159,7 +167,7 @@ def _thread_cpu_clock() -> int | None:
         return None
 
 
-def _weak(obj):
+def _weak(obj: Any) -> Callable[[], Any]:
     try:
         return weakref.ref(obj)
     except TypeError:

@@ -5,14 +5,20 @@ from __future__ import annotations
 
 import os
 import time
+from typing import TYPE_CHECKING
 
 from loadertop import wire
 from loadertop.probe import torch_internals
 from loadertop.probe.histograms import decimated_micros
 from loadertop.probe.worker_resources import _WorkerAccum
 
+if TYPE_CHECKING:  # the state of every seam (record_state.py); object at run time
+    from loadertop.probe.record_state import RecordState
+else:
+    RecordState = object
 
-class ReportAssembly:
+
+class ReportAssembly(RecordState):
     """LoaderRecord's reports (a mixin: see record.py)."""
 
     def _init_report_assembly(self) -> None:
@@ -88,21 +94,23 @@ class ReportAssembly:
         )
         dropped = self.dropped + sum(w.dropped for w in self._workers.values())
         rng_checked, rng_shared = self._rng_report()
+        # arg-type: lists go out as tuples do (msgpack arrays), wire's types are as decoded
         msg = wire.LoaderReport(
             source=self.source, seq=self.seq, host=self.host, pid=os.getpid(), name=self.name,
             rank=self.rank, command=self.command, process_started_at=self.process_started_at,
             sent_at=sent_at, interval_s=min(3600.0, max(0, now_ns - start) / 1e9),
             config=self.config, epoch=self.epoch, batches=self._batches,
             batches_total=self.batches_total, wait_ns=wait_ns, step_ns=self._step_ns,
-            wait_us=decimated_micros(self._wait_samples),
-            step_us=decimated_micros(self._step_samples),
-            blocked_ms=blocked_ms, queue=queue, workers=workers,
-            loop_fetch_us=wire.decimate(self._loop_us), loop_fetch_wall_ns=self._loop_wall,
+            wait_us=decimated_micros(self._wait_samples),  # type: ignore[arg-type]
+            step_us=decimated_micros(self._step_samples),  # type: ignore[arg-type]
+            blocked_ms=blocked_ms, queue=queue, workers=workers,  # type: ignore[arg-type]
+            # arg-type: lists go out as tuples do (msgpack arrays), wire's types are as decoded
+            loop_fetch_us=wire.decimate(self._loop_us), loop_fetch_wall_ns=self._loop_wall,  # type: ignore[arg-type]
             loop_fetch_cpu_ns=self._loop_cpu, dropped=dropped,
             probe_cpu_fraction=probe_cpu_fraction, stages=self.stage_report(),
             resources=self.pending_resources, loop_stack=self._loop_stack_now(now_ns),
-            error=self.error, epoch_starts_ms=list(self._epoch_starts_ms),
-            rng_checked=rng_checked, rng_shared=rng_shared, **self._cpu_used(),
+            error=self.error, epoch_starts_ms=list(self._epoch_starts_ms),  # type: ignore[arg-type]
+            rng_checked=rng_checked, rng_shared=rng_shared, **self._cpu_used(),  # type: ignore[arg-type]
             wait_histogram=self._wait_buckets.histogram(),
             step_histogram=self._step_buckets.histogram(),
         )
@@ -141,10 +149,11 @@ class ReportAssembly:
             acc = self._workers.get(wid) or _WorkerAccum()
             pid, alive, exitcode, cpu, rss = self._worker_status.get(
                 wid, (acc.pid, None, None, None, None))
+            # arg-type: lists go out as tuples do (msgpack arrays), wire's types are as decoded
             out.append(wire.WorkerReport(
                 id=wid, pid=pid, alive=alive, exitcode=exitcode, cpu_percent=cpu, rss_bytes=rss,
-                batches=acc.batches, fetch_us=list(acc.fetch_us), fetch_wall_ns=acc.wall_ns,
-                fetch_cpu_ns=acc.cpu_ns, collate_us=list(acc.collate_us),
+                batches=acc.batches, fetch_us=list(acc.fetch_us), fetch_wall_ns=acc.wall_ns,  # type: ignore[arg-type]
+                fetch_cpu_ns=acc.cpu_ns, collate_us=list(acc.collate_us),  # type: ignore[arg-type]
                 busy_ms=self._busy_ms(wid, now_ns) if alive is not False else None,
                 stack=self._worker_stack(wid, pid, now_ns, watched) if alive is not False
                 else None,

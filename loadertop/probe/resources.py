@@ -2,17 +2,17 @@
 
 Every `RESOURCE_S`, while a viewer is subscribed, the publisher calls `ResourceSampler.sample`
 with the current epoch's (worker id, pid) pairs. Per process: RSS, open file descriptors (the
-entries of ``/proc/PID/fd``) and threads, and for the main process the soft ``RLIMIT_NOFILE``:
-~0.35 ms a process (1.0–1.3 ms measured for a main process and two workers).
+entries of ``/proc/PID/fd``) and threads, and for the main process the soft ``RLIMIT_NOFILE``
+(their cost per process: docs/performance.md).
 
 USS and PSS (psutil ``memory_full_info``, the kernel's ``/proc/PID/smaps_rollup``) are the dear
-part: the kernel visits every resident page to tell private from shared, ~140 ns a page on a
-2-core VM (8 ms for a process that imported torch, 224 MiB resident; a worker of a 10 GiB
-in-memory dataset would cost ~0.4 s). So they are read only as often as `USS_CPU_SHARE` of one
+part: the kernel visits every resident page to tell private from shared, so their cost grows with
+the resident size (a worker of a large in-memory dataset pays most; docs/performance.md). So they
+are read only as often as `USS_CPU_SHARE` of one
 core allows: after a round of them the next waits ``cost / USS_CPU_SHARE`` (at least
 `RESOURCE_S`); the rounds in between report them as None. The kernel does the work inside
-``read()``, with the GIL released (a thread reading it nonstop left a counting loop in the
-main thread 79 % of its pace on 2 busy cores): the training thread is not held up.
+``read()``, with the GIL released (a thread reading it nonstop left a counting loop in the main
+thread most of its pace: docs/performance.md): the training thread is not held up.
 
 The main process's own USS/PSS, which no finding needs, only every `MAIN_USS_S`.
 
@@ -28,17 +28,17 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable
-from typing import Final
+from typing import Any, Final
 
 from loadertop import environment, wire
 
 # psutil, given by the publisher thread when a viewer first subscribes (publisher._loading):
 # only a viewer reads these figures (and the workers' CPU and RSS in worker_resources.py, which reads this
 # name too), and a program nobody watches does not import it.
-psutil = None  # type: ignore[assignment]
+psutil: Any = None  # the module, once given (it has no type information)
 
 
-def use_psutil(module) -> None:
+def use_psutil(module: Any) -> None:
     global psutil
     psutil = module
 
@@ -94,7 +94,7 @@ class ResourceSampler:
         self._main_uss_s = main_uss_s
         self._clock = clock
         self._cpu_clock = cpu_clock
-        self._procs: dict[int, object] = {}  # pid -> psutil.Process
+        self._procs: dict[int, Any] = {}  # pid -> psutil.Process
         self._uss_due = float("-inf")  # monotonic time from which a round may read USS/PSS
         self._round_at = float("-inf")
         self._round_full = False
@@ -138,9 +138,10 @@ class ResourceSampler:
                                             rss_bytes=r.rss, fds=r.fds, threads=r.threads))
         if full and self._share > 0:
             self._uss_due = self._round_at + max(self._interval, self._round_cost / self._share)
+        # arg-type: lists go out as tuples do (msgpack arrays), wire's types are as decoded
         return wire.ResourceReport(sampled_at=time.time(), rss_bytes=main.rss,
                                    uss_bytes=main.uss, fds=main.fds, fd_limit=limit,
-                                   threads=main.threads, workers=out)
+                                   threads=main.threads, workers=out)  # type: ignore[arg-type]
 
     def _new_round(self, now: float) -> None:
         # Forget the processes the last round did not ask for (ended workers, old epochs).
@@ -152,7 +153,7 @@ class ResourceSampler:
         self._round_cost = 0.0
         self._main = None
 
-    def _process(self, pid: int):
+    def _process(self, pid: int) -> Any:
         proc = self._procs.get(pid)
         if proc is not None:
             # psutil compares the start time it recorded: a reused pid is another process.

@@ -12,18 +12,22 @@ from __future__ import annotations
 
 import sys
 
+TYPE_CHECKING = False  # not typing's: a spawned worker imports this module, and little else
+if TYPE_CHECKING:
+    from typing import Any
+
 MAX_OBJECTS = 256  # attributes visited from the dataset (a bounded walk, once per worker)
 MAX_DEPTH = 3
 MAX_STATES = 32
 
 
-def _digest(value) -> str:
+def _digest(value: object) -> str:
     numbers = _numbers(value)
     if numbers is not None:
         # random.getstate(): a tuple of 625 ints. hash() of ints and floats is the same in every
         # process (str and bytes hashes are salted per process, and None's is its address before
-        # Python 3.12: `_numbers` spells None as ()), and needs no repr(): ~75 µs in a fresh
-        # worker here, against ~225 µs for repr() and blake2b.
+        # Python 3.12: `_numbers` spells None as ()), and needs no repr(), the dear part in a
+        # fresh worker (docs/performance.md).
         return format(hash(numbers) & 0xFFFF_FFFF_FFFF_FFFF, "016x")
     import hashlib  # here: a spawned worker reads the states before it needs this
 
@@ -32,11 +36,11 @@ def _digest(value) -> str:
     return h.hexdigest()
 
 
-def _feed(h, value, depth: int = 0) -> None:
+def _feed(h: Any, value: object, depth: int = 0) -> None:
     """`value` into the hash, each part length-prefixed (no two values feed the same bytes):
     bytes as they are, tuples item by item, anything else as its repr. A numpy state is
-    ("MT19937", 2,496 bytes, pos): through the repr of those bytes (an escape per byte) its
-    digest took 16.8 µs warm here, fed this way 6.0 µs."""
+    ("MT19937", 2,496 bytes, pos): fed as bytes, not through their repr (an escape per byte;
+    docs/performance.md)."""
     if isinstance(value, (bytes, bytearray, memoryview)):
         data = value if isinstance(value, bytes) else bytes(value)
         h.update(b"b%d:" % len(data))
@@ -51,7 +55,7 @@ def _feed(h, value, depth: int = 0) -> None:
         h.update(text)
 
 
-def _numbers(value, depth: int = 0):
+def _numbers(value: Any, depth: int = 0) -> object:
     """`value` made of ints, floats and None only (in tuples nested at most twice), with None as
     () and each float as (x,) so that neither can be mistaken for the other; else None. A tuple of
     ints alone is kept as it is (its types read at C speed, no copy)."""
@@ -76,28 +80,28 @@ def _numbers(value, depth: int = 0):
     return tuple(out)
 
 
-def _tensor_bytes(tensor) -> bytes:
+def _tensor_bytes(tensor: Any) -> bytes:
     """A generator state's bytes. Through ctypes (which torch has imported) where it is loaded:
-    `.numpy().tobytes()` cost ~260-360 µs in a fresh worker here (its first numpy bridge),
-    `ctypes.string_at` ~120 µs."""
+    `.numpy().tobytes()` is dearer in a fresh worker, its first numpy bridge (docs/performance.md)."""
     ctypes = sys.modules.get("ctypes")
     if ctypes is not None and tensor.element_size() == 1 and tensor.is_contiguous() \
             and tensor.device.type == "cpu":
-        return ctypes.string_at(tensor.data_ptr(), tensor.numel())
-    return tensor.numpy().tobytes()
+        data: bytes = ctypes.string_at(tensor.data_ptr(), tensor.numel())
+        return data
+    data = tensor.numpy().tobytes()
+    return data
 
 
-def _torch_global_state(torch):
+def _torch_global_state(torch: Any) -> object:
     """What tells torch's global generator in this worker apart from the other workers'.
 
     torch 2.13's `_worker_loop` seeds it with `torch.manual_seed(base_seed + worker_id)` (the
     worker info's `seed`) before `worker_init_fn`. While `initial_seed()` still reads that seed,
     this worker's generator started from a seed no other worker of the loader got, so draws since
     cannot make it another's: the seed names it, as a tuple of one int (never the 5,056 bytes of a
-    state, which `_digest` hashes another way). That is read in ~4 µs; `get_rng_state()` and its
-    bytes took ~290 µs in a fresh fork worker here, on the way to the first batch (the whole
-    start message, then still digested and sent before that batch: 841 -> 575 µs by median in
-    2-worker fork loaders, 103 -> 61 page faults).
+    state, which `_digest` hashes another way). That is read at once, where `get_rng_state()` and
+    its bytes cost a fresh fork worker a good part of its start message, on the way to the first
+    batch (docs/performance.md).
     A `worker_init_fn` that re-seeds (`manual_seed`, or `set_rng_state`, which sets
     `initial_seed()` from the state) changes it, and then the state itself is read, so workers
     re-seeded alike are found sharing it."""
@@ -107,7 +111,7 @@ def _torch_global_state(torch):
     return _tensor_bytes(torch.random.get_rng_state())
 
 
-def _generator_kind(obj) -> str | None:
+def _generator_kind(obj: object) -> str | None:
     """The kind of random generator `obj` is, when we know it; else None. Reads no state."""
     import random
 
@@ -128,7 +132,7 @@ def _generator_kind(obj) -> str | None:
     return None
 
 
-def _read_state(kind: str, obj) -> object:
+def _read_state(kind: str, obj: Any) -> object:
     """A copy of the state of a generator of that kind (`_generator_kind`)."""
     if kind == "random.Random":
         return obj.getstate()
@@ -140,13 +144,13 @@ def _read_state(kind: str, obj) -> object:
     return _tensor_bytes(obj.get_state())
 
 
-def _state_of(obj) -> tuple[str, object] | None:
+def _state_of(obj: object) -> tuple[str, object] | None:
     """(kind, a copy of its state) when `obj` is a random generator we know, else None."""
     kind = _generator_kind(obj)
     return None if kind is None else (kind, _read_state(kind, obj))
 
 
-def find_generators(dataset) -> list[tuple[str, object]]:
+def find_generators(dataset: object) -> list[tuple[str, object]]:
     """(name, generator) for the random generators reachable from `dataset`'s attributes:
     breadth first, bounded (MAX_OBJECTS visited, MAX_DEPTH deep, MAX_STATES found). Reads no
     state: the parent runs it just before it forks the workers (loader._generators_for_fork),
@@ -192,7 +196,7 @@ def worker_seed() -> int | None:
     return getattr(getattr(worker, "_worker_info", None), "seed", None)
 
 
-def capture(dataset, untouched: bool = False,
+def capture(dataset: object, untouched: bool = False,
             generators: list[tuple[str, object]] | None = None) -> list[tuple[str, object]]:
     """(state name, a copy of the state): the process-wide states and the generators reachable
     from `dataset`'s attributes. Copies (getstate() and get_state() return new objects), so the
@@ -202,11 +206,10 @@ def capture(dataset, untouched: bool = False,
     seeded `random`, torch and numpy's legacy state from this worker's seed (no worker_init_fn of
     the program, a map-style dataset, whose fetcher torch makes without calling the dataset).
     Then no other worker's states can equal these, and the seed names the first two, as
-    `_torch_global_state` names torch's: reading them cost ~35 and ~86 µs in a fresh fork
-    worker here, on the way to the first batch. With it, `generators` (when given) are those
-    `find_generators` found in the parent before it forked this worker: the same objects here,
-    and nothing since could have made another, so the walk (~110 µs there, ~23 page faults,
-    mostly first touches of what it reads) is not made again."""
+    `_torch_global_state` names torch's, instead of reading them on the way to the first batch.
+    With it, `generators` (when given) are those `find_generators` found in the parent before it
+    forked this worker: the same objects here, and nothing since could have made another, so the
+    walk (mostly first touches of what it reads there) is not made again (docs/performance.md)."""
     out: list[tuple[str, object]] = []
     seed = worker_seed() if untouched else None
     try:
@@ -254,7 +257,7 @@ def digest(captured: list[tuple[str, object]]) -> dict[str, str]:
 _PLAIN = (int, float, str, bytes, bool, type(None))
 
 
-def _worth_visiting(value) -> bool:
+def _worth_visiting(value: object) -> bool:
     """Plain data (numbers, strings, numpy arrays, tensors) holds no generator: skipped cheaply.
     `torch.Generator` lives in module "torch" too, so generator types are let through by name."""
     if isinstance(value, _PLAIN):

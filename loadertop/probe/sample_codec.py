@@ -3,10 +3,11 @@ msgspec: exactly what `wire.encode_sample` makes of the same fields (tests/unit/
 checks it byte for byte), so that a worker process imports no msgspec.
 
 Why: a spawned or forkserver worker does not inherit its parent's modules, and importing msgspec
-and the schema there took ~7 ms, on the helper thread, right as the worker handed its first batch
-to torch's queue (whose feeder thread then waited for the GIL): each epoch start of such a
-loader paid for it. The main process decodes with msgspec and the schema as before: every
-message is validated there, and one that is not what the schema says is dropped and counted.
+and the schema there took milliseconds (docs/performance.md), on the helper thread, right as the
+worker handed its first batch to torch's queue (whose feeder thread then waited for the GIL):
+each epoch start of such a loader paid for it. The main process decodes with msgspec and the
+schema as before: every message is validated there, and one that is not what the schema says is
+dropped and counted.
 
 The format is MessagePack as msgspec writes an `array_like`, tagged Struct: an array of the tag
 and every field in order, each integer in its smallest form.
@@ -60,7 +61,7 @@ def _str(value: str) -> bytes:
     return _pack(">BI", 0xDB, n) + data
 
 
-def _value(value) -> bytes:
+def _value(value: object) -> bytes:
     if value is None:
         return b"\xc0"
     if value is True:
@@ -79,16 +80,16 @@ def _value(value) -> bytes:
     raise TypeError(f"not a worker message field: {type(value).__name__}")
 
 
-def _array(items: tuple) -> bytes:
+def _array(items: tuple[object, ...]) -> bytes:
     n = len(items)  # at most 14 here: a fixarray
     return bytes((0x90 | n,)) + b"".join(_value(v) for v in items)
 
 
 class SampleWriter:
     """wire.encode_sample(wire.WorkerSample(source, worker_id, pid, ...)) for one worker: the
-    fields that never change (the array's head, the tag, source, worker id and pid) written once:
-    ~1.7 us a sample here, against ~5.4 us writing them each time (and ~0.3 us for msgspec's
-    encoder, which a spawned worker would have to import first)."""
+    fields that never change (the array's head, the tag, source, worker id and pid) written once
+    (docs/performance.md: against writing them each time, and msgspec's encoder, which a spawned
+    worker would have to import first)."""
 
     __slots__ = ("_head",)
 

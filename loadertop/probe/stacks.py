@@ -3,7 +3,7 @@
 * The training loop's thread: `sys._current_frames()` from the publisher thread. A loop blocked in
   next() waits on a lock or a queue with the GIL released, so this thread can read it.
 * A worker: no thread of ours runs there (see probe/worker.py: a thread in a forked worker costs
-  ~1 ms of CPU at every epoch start). Its hook registers CPython's faulthandler for STACK_SIGNAL
+  CPU at every epoch start). Its hook registers CPython's faulthandler for STACK_SIGNAL
   (SIGURG, ignored by default) with an anonymous memory file (read here as /proc/<pid>/fd/<fd>;
   `<pid>.txt` in the private discovery directory where there is no memfd), and names it in its
   start message, sent after its first batch; for a worker stuck before that, the main process
@@ -15,7 +15,7 @@
   interrupts (the worker's main thread, torch's worker loop) even while it is stuck in C holding
   the GIL, and the frames it reads hold still: it runs on that very thread. A watchdog that
   dumped from another thread (`dump_traceback_later(repeat=True)`) read a *running* thread's
-  frames and crashed about one worker in ten here (CPython 3.11).
+  frames and crashed workers (CPython 3.11; docs/performance.md).
   The main process reads the file's latest dump written since it asked.
 
 A frame is `"file:line in function"`, innermost last. `user_frame` marks the innermost frame of
@@ -34,20 +34,18 @@ import traceback
 from loadertop import wire
 
 # The worker's side lives in probe/worker.py, which a worker imports alone.
-from loadertop.probe.worker import (  # noqa: F401
-    STACK_AFTER_S,
-    STACK_MEMFD_NAME,
-    STACK_REFRESH_S,
-    STACK_SIGNAL,
-    stack_file_in,
-)
+from loadertop.probe.worker import STACK_AFTER_S as STACK_AFTER_S
+from loadertop.probe.worker import STACK_MEMFD_NAME as STACK_MEMFD_NAME
+from loadertop.probe.worker import STACK_REFRESH_S as STACK_REFRESH_S
+from loadertop.probe.worker import STACK_SIGNAL as STACK_SIGNAL
+from loadertop.probe.worker import stack_file_in as stack_file_in
 
 STACK_FILE_MAX_BYTES = 64 * 1024  # a C dump file is truncated past this
 _TAIL_BYTES = 32 * 1024  # the latest dump is within this much of the file's end
 
 # sysconfig's "stdlib" and "platstdlib" paths of the posix_prefix scheme (in a virtualenv the
 # second is the venv's lib/pythonX.Y, site-packages included), without importing sysconfig
-# (~1.3 ms of the probe's import here).
+# (a noticeable part of the probe's import: docs/performance.md).
 _PYTHON_DIR = f"python{sys.version_info[0]}.{sys.version_info[1]}"
 _LIBRARY_DIRS = tuple({
     os.path.realpath(os.path.join(base, getattr(sys, "platlibdir", "lib"), _PYTHON_DIR)) + os.sep
@@ -78,7 +76,8 @@ def make_stack(frames: list[tuple[str, int, str]], taken_at: float | None = None
             user = i
             break
     text = [f"{path}:{line} in {func}"[: wire.MAX_TEXT] for path, line, func in frames]
-    return wire.Stack(frames=text, user_frame=user,
+    # arg-type: lists go out as tuples do (msgpack arrays), wire's types are as decoded
+    return wire.Stack(frames=text, user_frame=user,  # type: ignore[arg-type]
                       taken_at=time.time() if taken_at is None else taken_at)
 
 
@@ -150,7 +149,7 @@ def is_worker_stack_file(path: str, pid: int, stack_dir: str | None) -> bool:
     """`path` is what `arm_stack_dump` makes for `pid`: its memfd, or its file in `stack_dir`."""
     if re.fullmatch(rf"/proc/{pid}/fd/\d{{1,9}}", path):
         return True
-    return bool(stack_dir) and path == stack_file_in(stack_dir, pid)
+    return bool(stack_dir and path == stack_file_in(stack_dir, pid))
 
 
 MAX_FDS_SEARCHED = 4096  # a worker's open files looked at for its memfd, lowest numbers first

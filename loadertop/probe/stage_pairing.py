@@ -5,10 +5,16 @@ the loop received with its worker's "produced" stamp (publisher thread only)."""
 from __future__ import annotations
 
 from collections import deque
+from typing import TYPE_CHECKING, Any
 
 from loadertop import wire
 from loadertop.probe import torch_internals
 from loadertop.probe.histograms import decimated_micros
+
+if TYPE_CHECKING:  # the state of every seam (record_state.py); object at run time
+    from loadertop.probe.record_state import RecordState
+else:
+    RecordState = object
 
 # Pairing a received batch with its worker's "produced" stamp waits this long after the loop had
 # it, so the worker's sample (sent before the batch was queued, over another socket) has surely
@@ -33,7 +39,7 @@ class EpochPairing:
     __slots__ = ("pids", "generation", "limit", "unpaired", "received", "workers", "expected")
 
     def __init__(self, pids: list[int | None] | None, generation: int, unpaired: str | None,
-                 workers=None, expected: int = 0) -> None:
+                 workers: list[Any] | None = None, expected: int = 0) -> None:
         self.pids = pids  # None until LoaderRecord._resolve_epochs reads them from `workers`
         self.generation = generation
         self.limit: int | None = None  # the first task index that can no longer be named
@@ -43,11 +49,12 @@ class EpochPairing:
         self.expected = expected  # the loader's num_workers when the epoch began
 
     def key(self, c: int) -> tuple[int | None, int, int]:
-        w = len(self.pids)
-        return self.pids[c % w], self.generation, c // w
+        # Called once `_resolve_epochs` has read the pids: a list by then, not None.
+        w = len(self.pids)  # type: ignore[arg-type]
+        return self.pids[c % w], self.generation, c // w  # type: ignore[index]
 
 
-class StagePairing:
+class StagePairing(RecordState):
     """LoaderRecord's stage pairing (a mixin: see record.py). `attach` (record.py) queues one
     EpochPairing per epoch in `_pairings` / `_unresolved`; the drain hands over the received
     batches (`_receive`) and the epoch marks (`_next_pairing`); the workers' samples bring the
@@ -58,7 +65,8 @@ class StagePairing:
         self._pairing: EpochPairing | None = None
         self._recent_pairings: dict[tuple[int | None, int], EpochPairing] = {}
         self._done: dict[tuple[int | None, int, int], int] = {}  # task key -> produced stamp
-        self._receipts: deque = deque()  # (pairing, c, t0, t1) waiting for their worker sample
+        # (pairing, c, t0, t1) waiting for their worker sample
+        self._receipts: deque[tuple[EpochPairing, int, int, int]] = deque()
         self._tensors: tuple[int, int] | None = None
         self._count_mismatch = False
 
@@ -121,7 +129,7 @@ class StagePairing:
         self._handoff_ns += handoff_ns
         self._handoff_samples.append(handoff_ns)
 
-    def _check_received(self, it) -> None:
+    def _check_received(self, it: Any) -> None:
         """Cross-check our count of the epoch's batches with torch's own `_rcvd_idx` while the
         loop is outside next(). A difference twice running (one could be the loop having moved
         on between our drain and this read) means the count is off: pair nothing more this
@@ -180,16 +188,18 @@ class StagePairing:
         if self.config.num_workers == 0:
             if not self._paired:
                 return None
+            # arg-type: lists go out as tuples do (msgpack arrays), wire's types are as decoded
             return wire.StageReport(
                 paired=self._paired, producing_ns=self._producing_ns, handoff_ns=self._handoff_ns,
-                handoff_us=decimated_micros(self._handoff_samples),
-                fetch_us=decimated_micros(self._stage_fetch),
-                collate_us=decimated_micros(self._stage_collate))
+                handoff_us=decimated_micros(self._handoff_samples),  # type: ignore[arg-type]
+                fetch_us=decimated_micros(self._stage_fetch),  # type: ignore[arg-type]
+                collate_us=decimated_micros(self._stage_collate))  # type: ignore[arg-type]
         pairing = self._pairing
         tensors, size = self._tensors if self._tensors is not None else (None, None)
+        # arg-type: lists go out as tuples do (msgpack arrays), wire's types are as decoded
         return wire.StageReport(
             paired=self._paired, producing_ns=self._producing_ns, handoff_ns=self._handoff_ns,
-            handoff_us=decimated_micros(self._handoff_samples),
+            handoff_us=decimated_micros(self._handoff_samples),  # type: ignore[arg-type]
             unpaired=self._unpaired_reason(pairing) if not self._paired else None,
             batch_tensors=tensors, batch_bytes=size)
 

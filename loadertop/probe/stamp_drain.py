@@ -12,9 +12,24 @@ from __future__ import annotations
 import operator
 from collections import deque
 from itertools import repeat, starmap
+from typing import TYPE_CHECKING, Any
 
 from loadertop.probe.histograms import BucketCounts
 
+if TYPE_CHECKING:  # the state of every seam (record_state.py); object at run time
+    from collections.abc import Callable
+
+    from loadertop.probe import _hotpath
+    from loadertop.probe.record_state import RecordState
+else:
+    RecordState = object
+
+#: split_stamps' result: (waits, steps, trailing, first_t0, first_t1, last_t1, t0s, t1s)
+SplitStamps = tuple[list[int], list[int], int | None, int | None, int | None, int | None,
+                    list[int] | None, list[int] | None]
+
+StampRing: type[_hotpath.StampRing] | None
+_c_split_stamps: Callable[[int | None, list[Any], int | None, bool], SplitStamps | None] | None
 try:  # the stamps' ring and the drain's bulk path in C (probe/_hotpath.c), built with the hot path
     from loadertop.probe._hotpath import StampRing
     from loadertop.probe._hotpath import split_stamps as _c_split_stamps
@@ -26,7 +41,7 @@ EVENTS_MAXLEN = 1 << 16  # stamps held between drains (>= 4 Hz) before the oldes
 EPOCH_MARK = None
 
 
-class StampDrain:
+class StampDrain(RecordState):
     """LoaderRecord's drain (a mixin: see record.py). It reads the stamps `events`, the
     num_workers=0 `loop_samples` and each mark's `_iter_starts` that the training thread writes
     (record.py), adds to the interval's figures (report_assembly.py), and hands each batch and
@@ -50,13 +65,11 @@ class StampDrain:
         At tens of thousands of batches a second this runs on the publisher thread while holding
         the GIL the training loop also needs, so the steady case (alternating t0, -t1) is done in
         bulk (`split_stamps` and `bucket_count`, in C where it is built); only chunks holding an
-        epoch mark, an exception exit or an overflow gap take the per-stamp loop. With the stamps
-        still in a deque, the whole drain took 595 ns a batch here through Python's bulk path and
-        236-308 through the C one (the median of 30 drains of 5,000 batches of a real
-        num_workers=0 loader). Splitting in the ring (`take_split`) and decimating the report's
-        samples in C (`decimated_micros`) took the publisher thread of that loader from 0.97-1.12 %
-        of a core to 0.47-0.52 % at 38-57k batches/s (tests/benchmarks/probe_cpu.py, fast0, three
-        6 s runs of each, alternated).
+        epoch mark, an exception exit or an overflow gap take the per-stamp loop. Splitting in the
+        ring (`take_split`: no int made per stamp) and decimating the report's samples in C
+        (`decimated_micros`) roughly halved the publisher thread's CPU at the fastest loaders
+        (docs/performance.md: the drain, and the publisher thread at tens of thousands of
+        batches/s).
         """
         events = self.events
         # A StampRing splits its steady stamps where they lie (no int made per stamp, then read
@@ -67,7 +80,7 @@ class StampDrain:
             self._drain_taken(*events.take())
         self._drain_loop_samples()
 
-    def _drain_taken(self, chunk: list, lost: int) -> None:
+    def _drain_taken(self, chunk: list[int | None], lost: int) -> None:
         if lost:
             self.dropped += 1  # stamps were lost: their waits and steps are not counted
             self._break_pairing("overflow")  # the batch count of this epoch is lost
@@ -82,18 +95,18 @@ class StampDrain:
             self._loop_us.append(wall // 1000)
             self._loop_wall += wall
             self._loop_cpu += cpu
-            if fetch is not None and produced is not None:
+            if fetch is not None and collate is not None and produced is not None:
                 self._stage_fetch.append(fetch)
                 self._stage_collate.append(collate)
                 self._add_split(produced, wall - produced)
 
-    def _drain_alternating(self, chunk: list[int]) -> bool:
+    def _drain_alternating(self, chunk: list[int | None]) -> bool:
         """Bulk path for [t0, -t1, t0, -t1, ...]; False (nothing consumed) if the chunk isn't so
         (an epoch mark, an exception's 0, a stamp out of place: `split_stamps`)."""
         return self._drain_split(split_stamps(self.in_next_since, chunk, self._prev_t1,
                                               self._want_stamps()))
 
-    def _drain_split(self, parts: tuple | None) -> bool:
+    def _drain_split(self, parts: SplitStamps | None) -> bool:
         """Take in `split_stamps`' result; False for its None (nothing was consumed)."""
         if parts is None:
             return False
@@ -102,7 +115,7 @@ class StampDrain:
         self.in_next_since = trailing
         if first_t0 is None:
             return True
-        if self._epoch_started is not None:
+        if self._epoch_started is not None and first_t1 is not None:  # set with first_t0
             self._note_epoch_start(first_t1)
         self._prev_t1 = last_t1
         self._record(waits, steps, first_t0)
@@ -110,7 +123,7 @@ class StampDrain:
             self._receive(t0s, t1s, len(waits))
         return True
 
-    def _drain_segments(self, chunk: list) -> None:
+    def _drain_segments(self, chunk: list[int | None]) -> None:
         """Taken stamps: split at their epoch marks, each stretch between them tried in bulk,
         and only a stretch the bulk path refuses (an exception's 0, an exit whose entry was lost)
         goes stamp by stamp. A loader re-iterated every few hundred ms (a validation pass, a
@@ -130,10 +143,10 @@ class StampDrain:
                 self._drain_each([EPOCH_MARK])
             start = mark + 1
 
-    def _drain_each(self, chunk: list) -> None:
+    def _drain_each(self, chunk: list[int | None]) -> None:
         waits: list[int] = []
         steps: list[int] = []
-        first_t0 = None
+        first_t0: int | None = None
         for stamp in chunk:
             if stamp is EPOCH_MARK:
                 self._prev_t1 = None  # the gap between epochs is not a training step
@@ -163,7 +176,7 @@ class StampDrain:
                 # count a task (a worker's exception re-raised) the cross-check with its
                 # `_rcvd_idx` (`_check_received`) stops the epoch's pairing instead.
                 self.in_next_since = None
-        if waits:
+        if waits and first_t0 is not None:  # the first wait set first_t0
             self._record(waits, steps, first_t0)
 
     def _note_epoch_start(self, first_t1: int) -> None:
@@ -186,30 +199,31 @@ class StampDrain:
         self._step_samples.extend(steps_ns)
 
 
-class DequeStamps(deque):
+class DequeStamps(deque[int | None]):
     """The stamps where the C module is not built: StampRing's interface (append, extend, len,
     take) on a bounded deque, which drops single entries at its left when full."""
 
     __slots__ = ()
 
-    def take(self) -> tuple[list, int]:
+    def take(self) -> tuple[list[int | None], int]:
         """(every stamp held, oldest first; 1 where the deque is full and so may have lost
         some, else 0), leaving it empty."""
         n = len(self)
         # n pops in one C loop (starmap over n empty argument tuples): no bytecode runs between
-        # them. A comprehension took 122-189 ns a stamp here, this 66-99 (two stamps a batch);
-        # the training thread appends only at the right.
+        # them, where a comprehension runs some per stamp (docs/performance.md); the training
+        # thread appends only at the right.
         return list(starmap(self.popleft, repeat((), n))), int(n == self.maxlen)
 
 
-def new_events():
+def new_events() -> _hotpath.StampRing | DequeStamps:
     """The training thread's stamps of one record: a StampRing where the C module is built."""
     if StampRing is not None:
         return StampRing(EVENTS_MAXLEN)
     return DequeStamps(maxlen=EVENTS_MAXLEN)
 
 
-def py_split_stamps(pending: int | None, chunk: list, prev_t1: int | None, want_stamps: bool):
+def py_split_stamps(pending: int | None, chunk: list[Any], prev_t1: int | None,
+                    want_stamps: bool) -> SplitStamps | None:
     """The drain's bulk path in Python (`split_stamps`' contract: probe/_hotpath.c). One min()
     and one max() tell whether the stamps alternate: an exception's 0 or a stamp out of place
     fails the signs, and an EPOCH_MARK (None) makes the comparisons raise TypeError."""
@@ -227,7 +241,7 @@ def py_split_stamps(pending: int | None, chunk: list, prev_t1: int | None, want_
     t1s = list(map(operator.neg, exits))
     waits = list(map(operator.sub, t1s, t0s))
     steps = list(map(operator.sub, t0s[1:], t1s[:-1]))
-    firsts: tuple = (None, None, None)
+    firsts: tuple[Any, Any, Any] = (None, None, None)
     if t0s:
         firsts = (t0s[0], t1s[0], t1s[-1])
         if prev_t1 is not None and t0s[0] >= prev_t1:
@@ -237,9 +251,9 @@ def py_split_stamps(pending: int | None, chunk: list, prev_t1: int | None, want_
     return waits, steps, trailing, *firsts, t0s, t1s
 
 
-def split_stamps(pending: int | None, chunk: list, prev_t1: int | None, want_stamps: bool):
-    """In C where it is built: one pass, 55 ns a batch here (median of 40 chunks of 5,000
-    batches; min 22), against 208 (min 121) for the Python one."""
+def split_stamps(pending: int | None, chunk: list[Any], prev_t1: int | None,
+                 want_stamps: bool) -> SplitStamps | None:
+    """In C where it is built: one pass, where Python makes lists (docs/performance.md)."""
     if _c_split_stamps is not None:
         return _c_split_stamps(pending, chunk, prev_t1, want_stamps)
     return py_split_stamps(pending, chunk, prev_t1, want_stamps)

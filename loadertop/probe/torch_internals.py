@@ -14,6 +14,7 @@ import os
 import re
 import sys
 from dataclasses import dataclass
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -23,7 +24,7 @@ class QueueDepth:
     capacity: int
 
 
-def _qsize(queue) -> int | None:
+def _qsize(queue: Any) -> int | None:
     try:
         return int(queue.qsize())
     except (NotImplementedError, AttributeError, OSError, ValueError):
@@ -31,8 +32,9 @@ def _qsize(queue) -> int | None:
         return None
 
 
-def read_queue(it) -> QueueDepth | None:
-    """Batches ready / in flight / capacity of a live multiprocessing iterator, ~1 µs.
+def read_queue(it: Any) -> QueueDepth | None:
+    """Batches ready / in flight / capacity of a live multiprocessing iterator (cheap: a few
+    attribute reads and two qsize calls).
 
     `_tasks_outstanding` counts indices sent to workers and not yet taken off the data queue;
     batches already taken but arriving out of order sit in `_task_info` as `(wid, data)` entries,
@@ -62,7 +64,7 @@ def read_queue(it) -> QueueDepth | None:
     return QueueDepth(ready=ready, in_flight=in_flight, capacity=capacity)
 
 
-def outstanding_by_worker(it) -> dict[int, int] | None:
+def outstanding_by_worker(it: Any) -> dict[int, int] | None:
     """Worker id -> tasks sent to it whose batch the loop has not taken yet (None: unreadable).
 
     torch 2.13 `_try_put_index` sets `_task_info[idx] = (worker_id,)` when it sends task idx, and
@@ -83,7 +85,7 @@ def outstanding_by_worker(it) -> dict[int, int] | None:
     return out
 
 
-def worker_pids(it) -> list[tuple[int, int | None, object]]:
+def worker_pids(it: Any) -> list[tuple[int, int | None, object]]:
     """(worker id, pid, process object) for the iterator's workers; [] for num_workers=0."""
     try:
         return worker_pids_in(getattr(it, "_workers", None))
@@ -91,7 +93,7 @@ def worker_pids(it) -> list[tuple[int, int | None, object]]:
         return []
 
 
-def worker_pids_in(workers) -> list[tuple[int, int | None, object]]:
+def worker_pids_in(workers: Any) -> list[tuple[int, int | None, object]]:
     """(worker id, pid, process object) for a list of an iterator's workers (its `_workers`)."""
     out = []
     try:
@@ -107,12 +109,13 @@ def worker_pids_in(workers) -> list[tuple[int, int | None, object]]:
     return out
 
 
-def worker_state(pid: int | None, proc) -> tuple[bool | None, int | None]:
+def worker_state(pid: int | None, proc: Any) -> tuple[bool | None, int | None]:
     """(alive, exitcode) of a worker *without reaping it*.
 
     Never `proc.is_alive()` / `proc.exitcode` here: both call waitpid, and a monitor that reaps a
-    dead worker before torch's SIGCHLD check sees it loses torch's own error message (measured on
-    torch 2.13: its death detection went from ~5 ms to 5 s). `waitid(..., WNOWAIT)` peeks instead.
+    dead worker before torch's SIGCHLD check sees it loses torch's own error message and leaves
+    torch 2.13 to notice the death at its next 5 s check (docs/performance.md). `waitid(...,
+    WNOWAIT)` peeks instead.
     Exit codes follow multiprocessing: negative = killed by that signal.
     """
     if pid is None:
@@ -144,7 +147,7 @@ def worker_state(pid: int | None, proc) -> tuple[bool | None, int | None]:
     return False, -info.si_status  # CLD_KILLED / CLD_DUMPED: killed by signal si_status
 
 
-def worker_context(loader) -> str | None:
+def worker_context(loader: Any) -> str | None:
     """How the loader's workers start ("fork", "spawn", "forkserver"); None for num_workers=0
     or where it cannot be read. torch 2.13 starts them with `multiprocessing_context`, or
     torch.multiprocessing's default context when that is None."""
@@ -161,7 +164,7 @@ def worker_context(loader) -> str | None:
     return ctx.get_start_method() if hasattr(ctx, "get_start_method") else str(ctx)
 
 
-def settings_key(loader) -> tuple | None:
+def settings_key(loader: Any) -> tuple[Any, ...] | None:
     """What `loader_config` reads, in a form cheap to compare: the settings a DataLoader lets
     change once made (num_workers, prefetch_factor, pin_memory, multiprocessing_context; torch
     2.13 refuses to set batch_size, drop_last, persistent_workers... after __init__, a
@@ -177,7 +180,7 @@ def settings_key(loader) -> tuple | None:
         return None
 
 
-def loader_config(loader) -> dict:
+def loader_config(loader: Any) -> dict[str, Any]:
     """The loader's settings as reported on the wire (best effort for loader-likes)."""
     num_workers = int(getattr(loader, "num_workers", 0) or 0)
     dataset = getattr(loader, "dataset", None)

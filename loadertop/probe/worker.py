@@ -12,15 +12,12 @@ process's stamps), named by (pid, fetcher generation, sequence) so the main proc
 with the loop's receipt of the same batch.
 
 A worker gets no thread of ours. A second thread in a process forked from torch's (a large address
-space, shared copy-on-write) cost that child +1.26 and +1.28 ms of CPU here (60 and 120 shuffled
-rounds, tests/benchmarks/worker_start.py), though it only waited: ~0.4-0.5 ms with no page
-touched after it, the rest growing with the copy-on-write faults that follow (likely each then
-flushing the TLB of the CPU the thread ran on: perf put `do_wp_page` and
-`smp_call_function_many_cond` at the top of instrumented workers' kernel time, and neither
-among plain workers' 40 top symbols).
-faulthandler's `dump_traceback_later` starts such a thread too (its C watchdog): with the import
-of faulthandler in the child, as the worker did it, +0.94 to +1.22 ms. Every epoch start of a
-loader without persistent workers paid both, in every worker. So:
+space, shared copy-on-write) cost that child CPU though it only waited, most of it growing with
+the copy-on-write faults that follow (likely each then flushing the TLB of the CPU the thread ran
+on: perf put `do_wp_page` and `smp_call_function_many_cond` at the top of instrumented workers'
+kernel time, and neither among plain workers' 40 top symbols). faulthandler's
+`dump_traceback_later` starts such a thread too (its C watchdog). Every epoch start of a loader
+without persistent workers paid both, in every worker (docs/performance.md, "Worker start"). So:
 - the socket is made and connected on the worker's own thread (`socket()` plus a non-blocking
   `connect()`, nothing waited for), and not before the first batch: until then everything is
   held (the start message and the first batch's sample), and goes out when torch's
@@ -34,33 +31,31 @@ loader without persistent workers paid both, in every worker. So:
 
 This module imports only the standard library (a spawned worker imports it to unpickle the hook),
 and the messages are written without msgspec (probe/sample_codec.py). What a fork worker does
-before its first batch costs mostly the first touch of pages shared with its parent (roughly
-5-7 µs a page fault on this VM, as we read the parts' times against their fault counts). Before
-the first batch are only what must be: the stack handler (a worker stuck in that very batch is
-the classic fork deadlock; the main process finds its memfd without the start message),
-the fetch timing, and copying the random states before the dataset draws
-(probe/rng.py). Timed inside real 2-worker fork workers here (medians
-of ~150-200 workers a run), the hook plus the start message took 1140-1414 µs (184-198
-page faults, two runs) sent before the first batch, and 569-685 µs (88-100 faults, three runs)
-with the sending after it and torch's generator named by its seed; an epoch's `iter()` and first
-batch, in-process, 400 shuffled rounds: +1.44 ms over plain the old way, +0.92 ms this way
-(A/A -0.23 ms). Then naming `random`'s and numpy's states by the seed too, and walking the
-dataset in the parent (rng.capture's `untouched`): 694-700 -> 406-470 µs, 101-102 -> 73-74
-faults (two runs each, one sitting), but not resolved on the clock (1,200 rounds: +1.39 ->
-+1.36 ms, A/A +0.11 ms). torch's own first fetch kept its ~245 faults, so the saving did not
-move there; where the rest of the ~1.3 ms goes we have not found (no single part of the hook,
-made a no-op, resolved on the clock; the hook as a whole did).
+before its first batch costs mostly the first touch of pages shared with its parent. Before the
+first batch are only what must be: the stack handler (a worker stuck in that very batch is the
+classic fork deadlock; the main process finds its memfd without the start message), the fetch
+timing, and copying the random states before the dataset draws (probe/rng.py). What each step
+of that saved, timed inside real fork workers and on the epoch's clock, is in
+docs/performance.md ("Worker start", "Epoch start"); torch's own first fetch kept its page
+faults, and where the rest of the hook's cost goes we have not found (no single part of the
+hook, made a no-op, resolved on the clock; the hook as a whole did).
 """
 
 from __future__ import annotations
 
-import faulthandler  # here, in the parent: imported in a forked worker it cost ~0.56 ms, 19 µs here
+import faulthandler  # here, in the parent: a forked worker inherits it (importing it there is dear)
 import os
 import signal
 import time
 
 # stdlib only (a forked worker has them from its parent; a spawned one imports just these)
 from loadertop.probe import rng, sample_codec
+
+TYPE_CHECKING = False  # not typing's: a worker imports this module alone, and little else
+if TYPE_CHECKING:
+    import socket
+    from collections.abc import Callable
+    from typing import Any
 
 _perf_ns = time.perf_counter_ns
 _cpu_ns = time.process_time_ns  # all threads of the worker: a dataset may decode in a pool
@@ -92,9 +87,9 @@ class _Sender:
         self.source = source
         self.worker_id = worker_id
         self.pid = os.getpid()
-        self.socket = None
+        self.socket: socket.socket | None = None
         self.failed = False  # no transport at all: everything is counted as dropped
-        self.pending: list = []  # ("sample", fields) / ("start", digests), in order
+        self.pending: list[tuple[str, Any]] = []  # ("sample", fields) / ("start", digests), in order
         self.dropped = 0
         self._flags = 0
         self._retry_at = 0
@@ -105,7 +100,7 @@ class _Sender:
         # No worker_init_fn of the program ran here (see rng.capture's `untouched`), and the
         # generators the parent found from the dataset before it forked this worker (or None).
         self.no_init_fn = False
-        self.generators: list | None = None
+        self.generators: list[tuple[str, object]] | None = None
 
     def send(self, fetch_ns: int, cpu_ns: int, collate_ns: int = 0, done_ns: int = 0,
              generation: int = 0, seq: int = 0, ended: bool = False,
@@ -116,7 +111,7 @@ class _Sender:
             return
         self._send_now("sample", fields)
 
-    def send_start(self, dataset, stack_file: str | None = None, map_style: bool = False) -> None:
+    def send_start(self, dataset: object, stack_file: str | None = None, map_style: bool = False) -> None:
         """Once per worker process, before its first batch (after the user's worker_init_fn):
         the random states it starts with, copied now (read, never drawn from), digested when
         the message is written (after the first batch where sending is deferred). `map_style`:
@@ -140,7 +135,7 @@ class _Sender:
             if self.socket is None and not self.failed:
                 self.connect()
 
-    def _hold(self, kind: str, payload) -> bool:
+    def _hold(self, kind: str, payload: Any) -> bool:
         """True when the item was held (or counted as dropped) for want of a socket; tries to
         connect again first when a retry is due (never while deferred)."""
         if not self.failed and not self.deferred and self.pid == os.getpid() and \
@@ -154,19 +149,20 @@ class _Sender:
             self.pending.append((kind, payload))
         return True
 
-    def _encode(self, kind: str, payload) -> bytes:
+    def _encode(self, kind: str, payload: Any) -> bytes:
         if kind == "start":
             captured, stack_file = payload
             return sample_codec.worker_start(self.source, self.worker_id, self.pid,
                                              rng.digest(captured), stack_file)
         return self._writer.sample(payload[0], payload[1], self.dropped, *payload[2:])
 
-    def _send_now(self, kind: str, payload) -> None:
+    def _send_now(self, kind: str, payload: Any) -> None:
         if self.pid != os.getpid():  # a process forked from this worker: not its socket
             self.dropped += 1
             return
         try:
-            self.socket.send(self._encode(kind, payload), self._flags)
+            # Only once connected (connect, flush); a None here raises, which is counted.
+            self.socket.send(self._encode(kind, payload), self._flags)  # type: ignore[union-attr]
         except Exception:  # full (EAGAIN), or the main process gone (EPIPE): count, never raise
             self.dropped += 1
 
@@ -206,7 +202,7 @@ class _Sender:
 
 def arm_stack_dump(stack_dir: str | None) -> str | None:
     """Register CPython's faulthandler for STACK_SIGNAL, writing to an anonymous memory file
-    (memfd: ~25 µs in a forked worker here, against ~165 µs to create a file on ext4), which the
+    (memfd: cheaper in a forked worker than creating a file; docs/performance.md), which the
     main process, this worker's parent, reads as `/proc/<pid>/fd/<fd>`; to `<stack_dir>/<pid>.txt`
     where there is no memfd. Returns the path, or None where the signal is taken (a handler of the
     program's own: left alone) or nothing could be made.
@@ -240,7 +236,7 @@ def arm_stack_dump(stack_dir: str | None) -> str | None:
     return path
 
 
-_stack: list = [0, None, -1]  # [pid, path, fd] of this process's armed stack file
+_stack: list[Any] = [0, None, -1]  # [pid, path, fd] of this process's armed stack file
 
 
 def stack_file_in(stack_dir: str, pid: int) -> str:
@@ -273,18 +269,18 @@ class _TimedCollate:
 
     __slots__ = ("collate_fn", "timing")
 
-    def __init__(self, collate_fn, timing: _FetcherTiming) -> None:
+    def __init__(self, collate_fn: Callable[[Any], Any], timing: _FetcherTiming) -> None:
         self.collate_fn = collate_fn
         self.timing = timing
 
-    def __call__(self, data):
+    def __call__(self, data: Any) -> Any:
         t0 = _perf_ns()
         batch = self.collate_fn(data)
         self.timing.collate_ns = _perf_ns() - t0
         return batch
 
 
-def tensor_census(batch, max_nodes: int = CENSUS_MAX_NODES) -> tuple[int, int] | None:
+def tensor_census(batch: Any, max_nodes: int = CENSUS_MAX_NODES) -> tuple[int, int] | None:
     """(tensors, bytes) in a collated batch, walking lists, tuples and dicts; None past
     `max_nodes` (a figure from part of a batch would be a guess). Reads sizes only."""
     try:
@@ -320,8 +316,8 @@ def _install_fetch_timing(sender: _Sender) -> bool:
         if original is None or getattr(original, "_loadertop_timed", False):
             continue
 
-        def timed_fetch(self, possibly_batched_index, _original=original,
-                        _map_style=cls is torch_fetch._MapDatasetFetcher):
+        def timed_fetch(self: Any, possibly_batched_index: Any, _original: Any = original,
+                        _map_style: bool = cls is torch_fetch._MapDatasetFetcher) -> Any:
             # torch 2.13 `_worker_loop` makes a fetcher after worker_init_fn and a new one at each
             # `_ResumeIteration` (persistent workers); `fetch` calls `self.collate_fn(data)`.
             timing = self.__dict__.get("_loadertop_timing")
@@ -357,8 +353,9 @@ def _install_fetch_timing(sender: _Sender) -> bool:
                         False, tensors, tensor_bytes)
             return data
 
-        timed_fetch._loadertop_timed = True
-        cls.fetch = timed_fetch
+        # The fetcher class is patched in the worker: attributes mypy does not expect there.
+        timed_fetch._loadertop_timed = True  # type: ignore[attr-defined]
+        cls.fetch = timed_fetch  # type: ignore[method-assign]
     return True
 
 
@@ -366,8 +363,9 @@ class WorkerHook:
     """A picklable `worker_init_fn` (spawn pickles it) that installs timing, then runs the
     user's own `worker_init_fn`, whose behaviour and exceptions are unchanged."""
 
-    def __init__(self, user_init_fn, source: str, endpoint: str | None,
-                 stack_dir: str | None = None, generators: list | None = None) -> None:
+    def __init__(self, user_init_fn: Callable[[int], object] | None, source: str,
+                 endpoint: str | None, stack_dir: str | None = None,
+                 generators: list[tuple[str, object]] | None = None) -> None:
         self.user_init_fn = user_init_fn
         self.source = source
         self.endpoint = endpoint
@@ -377,7 +375,7 @@ class WorkerHook:
         # a worker that unpickles its own dataset walks it itself.
         self.generators = generators
 
-    def __getstate__(self) -> dict:
+    def __getstate__(self) -> dict[str, Any]:
         return dict(self.__dict__, generators=None)
 
     def __call__(self, worker_id: int) -> None:
@@ -407,8 +405,8 @@ def _start(hook: WorkerHook, worker_id: int) -> None:
     # handler (publisher._on_sigterm): Python caches it, though the C handler has replaced it.
     # Resetting it to SIG_DFL here, as this hook once did, replaced torch's handler: a program
     # exiting with a live iterator then printed "DataLoader worker (pid N) is killed by signal:
-    # Terminated" from atexit (12 in 20 runs here, 0 in 20 plain).
-    sender = _Sender(hook.endpoint, hook.source, worker_id)
+    # Terminated" from atexit in some runs, never in plain ones (docs/performance.md).
+    sender = _Sender(hook.endpoint, hook.source, worker_id)  # type: ignore[arg-type]  # set: see __call__
     sender.deferred = True
     if hook.user_init_fn is None:
         sender.no_init_fn = True
@@ -453,7 +451,8 @@ def _stack_file() -> str | None:
     if signal.getsignal(STACK_SIGNAL) not in (signal.SIG_DFL, signal.SIG_IGN):
         _withdraw_stack_file()
         return None
-    return _stack[1]
+    path: str | None = _stack[1]
+    return path
 
 
 def _withdraw_stack_file() -> None:

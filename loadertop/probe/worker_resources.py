@@ -4,11 +4,17 @@ with, and its liveness, CPU and RSS (~1 Hz), read on the publisher thread."""
 from __future__ import annotations
 
 import time
+from typing import TYPE_CHECKING, Any
 
 from loadertop import wire
 from loadertop.probe import resources, stacks, torch_internals
 from loadertop.probe.histograms import BucketCounts
 from loadertop.probe.stage_pairing import PAIR_MAX_PENDING
+
+if TYPE_CHECKING:  # the state of every seam (record_state.py); object at run time
+    from loadertop.probe.record_state import RecordState, WorkerProc, WorkerStatus
+else:
+    RecordState = object
 
 
 class _WorkerAccum:
@@ -32,7 +38,7 @@ class _WorkerAccum:
         self.cpu_ns = 0
 
 
-class WorkerResources:
+class WorkerResources(RecordState):
     """LoaderRecord's workers (a mixin: see record.py). A worker's sample also brings its batch's
     "produced" stamp for stage pairing (`_done`) and, once an iterable dataset's worker runs
     out, the task from which the epoch's batches can no longer be named."""
@@ -40,10 +46,10 @@ class WorkerResources:
     def _init_worker_resources(self) -> None:
         self._workers: dict[int, _WorkerAccum] = {}
         # worker id -> (pid, alive, exitcode, cpu %, rss), refreshed by sample_workers()
-        self._worker_status: dict[int, tuple] = {}
-        self._psutil: dict[int, object] = {}  # pid -> psutil.Process
+        self._worker_status: dict[int, WorkerStatus] = {}
+        self._psutil: dict[int, Any] = {}  # pid -> psutil.Process
         self._alive_pids: set[int] = set()  # the workers alive at the last sample_workers()
-        self._worker_procs: list = []
+        self._worker_procs: list[WorkerProc] = []
         self._rng: dict[int, tuple[int, dict[str, str]]] = {}  # pid -> (worker id, digests)
 
     def add_worker_sample(self, sample: wire.WorkerSample) -> None:
@@ -52,7 +58,8 @@ class WorkerResources:
             self._resolve_epochs()  # the notice's epoch, attached since the last report
             pairing = self._recent_pairings.get((sample.pid, sample.generation))
             if pairing is not None:
-                task = sample.seq * len(pairing.pids) + pairing.pids.index(sample.pid)
+                pids = pairing.pids  # read by _resolve_epochs above: a list, not None
+                task = sample.seq * len(pids) + pids.index(sample.pid)  # type: ignore[arg-type, union-attr]
                 pairing.limit = task if pairing.limit is None else min(pairing.limit, task)
             return
         acc = self._workers.get(sample.worker_id)
@@ -97,11 +104,12 @@ class WorkerResources:
         for wid, pid in current:
             for state, digest in self._rng[pid][1].items():
                 by_state.setdefault(state, {}).setdefault(digest, []).append(wid)
-        shared = []
+        shared: list[wire.RngShare] = []
         for state, groups in by_state.items():
             for wids in groups.values():
                 if len(wids) >= 2 and len(shared) < 64:
-                    shared.append(wire.RngShare(state=state, workers=sorted(wids)))
+                    # arg-type: lists go out as tuples do (msgpack arrays), wire's types are as decoded
+                    shared.append(wire.RngShare(state=state, workers=sorted(wids)))  # type: ignore[arg-type]
         return len(current), shared
 
     def sample_workers(self) -> None:

@@ -54,8 +54,8 @@ class Counters:
     swap_out_bytes: int | None
     disk_read_bytes: int | None  # None where psutil finds no disk (some containers, VMs)
     disk_write_bytes: int | None
-    # Not counters, but psutil reads them in the same call as swap in/out (the costliest read
-    # here, ~0.25 ms); carrying them avoids reading /proc/meminfo and /proc/vmstat twice.
+    # Not counters, but psutil reads them in the same call as swap in/out (the costliest read of
+    # these); carrying them avoids reading /proc/meminfo and /proc/vmstat twice.
     swap_total_bytes: int = 0
     swap_used_bytes: int = 0
     # Read from /proc/meminfo by the procfs reader, which reads that file anyway; None: ask psutil.
@@ -83,15 +83,13 @@ def read_counters() -> Counters:
 
 
 class ProcfsCounters:
-    """`read_counters` for Linux, ~5x cheaper: each /proc file read once (psutil reads /proc/stat
-    twice and /proc/meminfo twice, parses all of /proc/vmstat, and asks the file system for every
+    """`read_counters` for Linux, several times cheaper: each /proc file read once (psutil reads
+    /proc/stat twice and /proc/meminfo twice, parses all of /proc/vmstat, and asks the file system for every
     line of /proc/diskstats whether it is a disk or a partition). Which names are whole disks is
     remembered, and asked again only for a name not seen before or after DEVICES_TTL_S. The same
     figures as psutil's (sums over whole disks, sectors of 512 bytes, swap pages of 4 KiB, guest
-    time not counted twice); anything it cannot read or parse falls back to psutil for good.
-
-    Measured on a 2-core VM (no swap): ~160 µs a call against ~690 µs (warm); in the probe's
-    thread (1 Hz, after a sleep) SystemFeed.report takes ~0.7 ms instead of ~1.6 ms."""
+    time not counted twice); anything it cannot read or parse falls back to psutil for good
+    (docs/performance.md: the two, a call and in the probe's thread)."""
 
     DEVICES_TTL_S = 60.0
 
@@ -142,7 +140,7 @@ class ProcfsCounters:
             self._swap = (sin * 4096 if sin is not None else 0,
                           sout * 4096 if sout is not None else 0)
         # else: no swap space, so nothing is swapped in or out: the counters stand still (and
-        # /proc/vmstat, ~190 lines, ~50 µs to read here, is not read again)
+        # /proc/vmstat, a long file to read and parse, is not read again)
         read_bytes, write_bytes = self._disk_bytes()
         return Counters(
             cpu=cpu, per_cpu=per_cpu,
@@ -389,7 +387,7 @@ DEFAULT_SHM_PATH = "/dev/shm"
 
 def shm_figures(path: str = DEFAULT_SHM_PATH) -> dict[str, Any]:
     """The shared-memory file system DataLoader workers hand batches over through (torch's
-    ``file_descriptor`` and ``file_system`` strategies both allocate there), by ``statvfs`` (~2 µs):
+    ``file_descriptor`` and ``file_system`` strategies both allocate there), by ``statvfs``:
     ``shm_path``, ``shm_total_bytes``, ``shm_free_bytes`` (what an unprivileged process may still
     allocate). The sizes are None where the path does not exist (macOS has no /dev/shm) or is not
     a file system we may ask."""

@@ -18,7 +18,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable
-from typing import Protocol
+from typing import Any, Protocol
 
 from textual.app import App, ComposeResult
 from textual.binding import Binding
@@ -150,7 +150,7 @@ class LoadertopApp(App[None]):
         self._last_panel_tick = -10**9
         self._refresh_timer: Timer | None = None
         self._poll_timer: Timer | None = None
-        self._main_screen: Screen | None = None  # set on mount
+        self._main_screen: Screen[Any] | None = None  # set on mount
 
     # ------------------------------------------------------------------ layout
 

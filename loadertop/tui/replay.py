@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from typing import Any
 
 from textual.binding import Binding
 
@@ -122,7 +123,7 @@ class ReplayApp(LoadertopApp):
         f"                < / > speed ({'/'.join(f'{s:g}' for s in SPEEDS)}×)\n")
 
     def __init__(self, playback: Playback, name: str, *, speed: float = 1.0,
-                 wall: Callable[[], float] = time.monotonic, **kwargs) -> None:
+                 wall: Callable[[], float] = time.monotonic, **kwargs: Any) -> None:
         self.playback = playback
         self.clock = PlaybackClock(playback.start, playback.end, speed=speed, wall=wall)
         super().__init__(ReplayFeed(playback), clock=self.clock.position,

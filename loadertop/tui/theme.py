@@ -29,10 +29,14 @@ from loadertop.client.units import MISSING, fmt_bytes
 # The category and severity tables live in `viewer.palette` (shared with the HTML report, which
 # must not import Textual); the screen's modules keep importing them from here.
 from loadertop.views.palette import ACCENT as ACCENT
-from loadertop.views.palette import BAD, CATEGORY_STYLES, DIM, OK, WARN
+from loadertop.views.palette import BAD as BAD
+from loadertop.views.palette import CATEGORY_STYLES as CATEGORY_STYLES
+from loadertop.views.palette import DIM as DIM
 from loadertop.views.palette import NO_DIAGNOSIS as NO_DIAGNOSIS
+from loadertop.views.palette import OK as OK
 from loadertop.views.palette import ORANGE as ORANGE
 from loadertop.views.palette import SEVERITY_STYLES as SEVERITY_STYLES
+from loadertop.views.palette import WARN as WARN
 from loadertop.views.palette import CategoryStyle as CategoryStyle
 from loadertop.views.palette import SeverityStyle as SeverityStyle
 from loadertop.views.palette import category_style as category_style

@@ -35,11 +35,16 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from loadertop import diagnosis, environment
 from loadertop.client.document import Document, Source, SourceFigures, SystemFigures
 from loadertop.launch import child_env, signal_group, start_in_session
 from loadertop.tuning.document import TrialFigures, TrialReason
+
+if TYPE_CHECKING:
+    from loadertop.client.model import SourceState
+    from loadertop.client.subscriber import Subscriber
 
 POLL_S = 0.1  # the longest a poll of the subscriber waits for data (no fixed sleeps: it wakes on data)
 SAMPLE_S = 0.5  # the Model is advanced (diagnosis, system figures) and the rate chunked this often
@@ -79,7 +84,8 @@ class TrialOutcome:
 
 
 # ------------------------------------------------------------------------------- the environment
-def trial_env(environ: Mapping[str, str], directory: Path, num_workers: int | None) -> dict:
+def trial_env(environ: Mapping[str, str], directory: Path,
+              num_workers: int | None) -> dict[str, str]:
     """`loadertop run`'s environment for the program, with this trial's private discovery
     directory and num_workers (None: the program's own setting)."""
     env = child_env(environ, None)
@@ -114,7 +120,8 @@ def check_command(command: Sequence[str], search_path: str | None = None) -> Non
     raise CannotStart(f"command not found: {program}")
 
 
-def start_program(command: Sequence[str], env: dict, directory: Path) -> subprocess.Popen:
+def start_program(command: Sequence[str], env: dict[str, str],
+                  directory: Path) -> subprocess.Popen[bytes]:
     """The program in its own session; its stdout and stderr go to files of the trial (stdout is
     tune's own: the table or the JSON document)."""
     out = open(directory / "stdout", "wb")
@@ -147,7 +154,7 @@ def group_members(pgid: int) -> list[int]:
     return members
 
 
-def end_process_group(proc: subprocess.Popen, grace_s: float) -> None:
+def end_process_group(proc: subprocess.Popen[bytes], grace_s: float) -> None:
     """SIGTERM to the program's process group, SIGKILL to whatever is left after `grace_s`, then
     wait (a few seconds at most) until none of it runs. A second Ctrl-C skips the grace."""
     pgid = proc.pid  # start_in_session: the program leads its own group
@@ -236,7 +243,7 @@ def run_trial(command: Sequence[str], num_workers: int | None, reason: TrialReas
 class _Measurement:
     """The phases of one trial, and what they saw (see the module docstring)."""
 
-    def __init__(self, sub, proc: subprocess.Popen, num_workers: int | None,
+    def __init__(self, sub: Subscriber, proc: subprocess.Popen[bytes], num_workers: int | None,
                  settings: TrialSettings, on_phase: Callable[[str], None] | None) -> None:
         self.sub, self.model, self.proc = sub, sub.model, proc
         self.requested = num_workers
@@ -335,7 +342,7 @@ class _Measurement:
     def _batches_total(self) -> int:
         return max((s.batches_total for s in self.model.sources.values()), default=0)
 
-    def _busiest(self):
+    def _busiest(self) -> SourceState | None:
         states = [s for s in self.model.sources.values() if s.last is not None]
         return max(states, key=lambda s: s.batches_total, default=None)
 

@@ -12,6 +12,8 @@ them all).
 
 from __future__ import annotations
 
+from typing import Any
+
 from loadertop.client.document import OverallVerdict
 from loadertop.tui.theme import DIM, category_style
 from loadertop.tui.widgets import graphics
@@ -26,9 +28,9 @@ LEVELS = ("ok", "warn", "bad", "none")
 
 
 class Banner(LineWidget):
-    def __init__(self, **kwargs) -> None:
+    def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
-        self._key: tuple | None = None
+        self._key: tuple[object, ...] | None = None
         self._verdict: OverallVerdict | None = None
         self._about: str | None = None
         self._waiting: str | None = None

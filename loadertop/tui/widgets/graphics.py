@@ -2,7 +2,8 @@
 
 Pure functions over numbers and strings (no Textual, no document types), so they are tested on
 their own (`tests/unit/test_graphics.py`) and cost next to nothing: a text sparkline is a string,
-where textual-plotext at 10 Hz cost 41 % of a core on the reference machine (FIELD-NOTES).
+where a plotted graph (textual-plotext) redrawn at 10 Hz cost a large share of a core
+(docs/performance.md).
 
 A *line* is a tuple of spans, each ``(text, style)`` with a Rich style string ("" for the widget's
 own style; a `rich.style.Style` is accepted too, e.g. one read from the CSS). Lines are hashable
@@ -80,8 +81,8 @@ def sparkline_rows(values: Iterable[float | None], width: int, height: int,
     rows = []
     for r in range(height - 1, -1, -1):  # r: the row's index from the bottom
         chars = []
-        for level in levels:
-            fill = -1 if level is None else level - r * 8
+        for eighths in levels:
+            fill = -1 if eighths is None else eighths - r * 8
             chars.append(" " if fill <= 0 else "█" if fill >= 8 else SPARK_CHARS[fill - 1])
         rows.append(pad + "".join(chars))
     return rows
@@ -197,7 +198,8 @@ def core_grid(per_cpu: Sequence[float | None], width: int, colour: Callable[[flo
 
 #: Characters the screen draws with that take one cell (Rich agrees); with ASCII, a string made of
 #: them is as wide as it is long, which is measured without Rich's per-character table (a new
-#: sparkline every tick missed Rich's cache: 7 µs a string, a tenth of the 10 Hz viewer's CPU).
+#: sparkline every tick missed Rich's cache, a noticeable share of the viewer's CPU:
+#: docs/performance.md).
 _ONE_CELL = str.maketrans("", "", SPARK_CHARS + BAR_PARTIAL + TRACK + ELLIPSIS
                           + "▕▏–●✖⟳◀▶▲▼÷≥×⏸│°░▒▓")
 

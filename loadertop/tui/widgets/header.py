@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from typing import Any
 
 from loadertop.client.document import Document, Source, ViewerStatus
 from loadertop.client.units import fmt_duration
@@ -67,7 +68,7 @@ class HeaderState:
 
 
 class HeaderBar(LineWidget):
-    def __init__(self, **kwargs) -> None:
+    def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self._state: HeaderState | None = None
 

@@ -25,6 +25,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from loadertop.client.document import Document, Source, SystemFigures
 
@@ -73,7 +74,7 @@ class History:
 
     def track(self, series: Iterable[Series]) -> None:
         for s in series:
-            target: list = self.loader_series if isinstance(s, LoaderSeries) else self.machine_series
+            target: list[Any] = self.loader_series if isinstance(s, LoaderSeries) else self.machine_series
             if s not in target:
                 target.append(s)
 

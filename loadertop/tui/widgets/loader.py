@@ -4,6 +4,8 @@ and their graphs."""
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, cast
 
 from loadertop.client.document import Source, Stats
 from loadertop.client.units import MISSING, fmt_bytes, fmt_float, fmt_frac_pct, fmt_ms, fmt_per_s
@@ -30,6 +32,9 @@ from loadertop.views.text import (
     shown_state,
     time_shares,
 )
+
+if TYPE_CHECKING:
+    from textual.widget import Widget
 
 #: A graph is at most this tall: taller is a wall of blocks, not more information.
 MAX_GRAPH_ROWS = 8
@@ -169,6 +174,7 @@ class LoaderPanel(Panel):
             apart = room(legend) >= TIME_BAR_LONG_LABELS
         if not apart and legend is None or legend is not None and room(legend) < TIME_BAR_MIN:
             legend = next((leg for leg in inline if room(leg) >= TIME_BAR_MIN), inline[-1])
+        assert legend is not None  # set above by every path: `apart` only with a legend
         bar_w = max(TIME_BAR_MIN, min(TIME_BAR_MAX, room(legend)))
         parts = [(shares.step, *STAGE_PARTS["step"])]
         if shares.producing is None or shares.handoff is None:
@@ -248,7 +254,9 @@ class LoaderPanel(Panel):
 
     def _graph_room(self, fixed_lines: int, workers: int) -> int:
         """Rows left for the two graphs: the column's height less the table's and our own text."""
-        column = self.parent.content_size.height if self.parent is not None else 0
+        # The panel sits in a column container (a Widget), whose content size Textual keeps.
+        parent = cast("Widget | None", self.parent)
+        column = parent.content_size.height if parent is not None else 0
         if column <= 0:
             return 2
         table = max(MIN_TABLE_ROWS, workers + 3)
@@ -256,7 +264,8 @@ class LoaderPanel(Panel):
         return max(2, column - table - border - fixed_lines)
 
     @staticmethod
-    def _graph(name: str, values, width: int, room: int, unit: str, fmt, colour: str) -> list[Line]:
+    def _graph(name: str, values: Sequence[float | None], width: int, room: int, unit: str,
+               fmt: Callable[[float | None], str], colour: str) -> list[Line]:
         """A caption ("wait p95  73.2 ms   max 114"), then the graph; rows a young graph does not
         use yet stay blank above it, so the panel keeps its height while the history grows (a
         height change lays out the whole screen again)."""

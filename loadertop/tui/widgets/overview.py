@@ -4,6 +4,9 @@ source with findings marked by its name: how many, in the colour of the worst ("
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import Any
+
 from loadertop.client.document import Document
 from loadertop.client.units import MISSING, fmt_frac_pct, fmt_ms, fmt_per_s
 from loadertop.tui.theme import (
@@ -16,6 +19,7 @@ from loadertop.tui.theme import (
     wait_colour,
 )
 from loadertop.tui.widgets.findings import marks
+from loadertop.tui.widgets.graphics import Line
 from loadertop.tui.widgets.tables import Column, LineTable, Row, cell
 from loadertop.views.text import shown_state
 
@@ -45,11 +49,11 @@ class OverviewTable(LineTable):
     )
     ROWS_NAME = "sources (tab to reach them)"
 
-    def __init__(self, **kwargs) -> None:
+    def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.set_title("All sources")
 
-    def column_sets(self):
+    def column_sets(self) -> Sequence[Sequence[str]]:
         return self.COLUMN_SETS[1:] if self.compact else self.COLUMN_SETS
 
     def show(self, doc: Document | None, selected: int) -> None:
@@ -60,7 +64,7 @@ class OverviewTable(LineTable):
         for i, s in enumerate(sources):
             cat = category_style(s.diagnosis.category)
             weight = "bold" if i == selected else ""
-            mark = ((STRAGGLER_MARK, f"bold {WARN}"),) if i == straggler else ()
+            mark: Line = ((STRAGGLER_MARK, f"bold {WARN}"),) if i == straggler else ()
             found = marks(s.findings)
             if found:
                 mark += ((" ", ""), *found)

@@ -5,9 +5,9 @@ as Textual's DataTable), the widest column set that fits the width, and — when
 than room — the rows that fit and a line saying how many more. Built from spans like every other
 line-API widget here (`lines.LineWidget`), so a tick that changes one cell repaints that row.
 
-Why not DataTable: re-rendering a changed row costs it a Rich render per cell (~0.5 ms here), and
-any `update_cell` invalidates its whole cell cache; at the default refresh it was a third of the
-viewer's CPU with a single worker row.
+Why not DataTable: re-rendering a changed row costs it a Rich render per cell, and any
+`update_cell` invalidates its whole cell cache (Textual 8.2): at the default refresh that was a
+large share of the viewer's CPU even with a single worker row (docs/performance.md).
 """
 
 from __future__ import annotations

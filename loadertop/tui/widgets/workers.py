@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import NamedTuple
+from collections.abc import Callable, Sequence
+from typing import Any, NamedTuple
 
 from loadertop.client.document import Finding, Source, WorkerFigures
 from loadertop.client.units import MISSING, fmt_bytes, fmt_float, fmt_ms
@@ -52,12 +52,12 @@ class WorkersTable(LineTable):
     }
     ROWS_NAME = "workers (sort: c m f i)"
 
-    def __init__(self, **kwargs) -> None:
+    def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.sort_by = "id"
         self.reverse = False
 
-    def column_sets(self):
+    def column_sets(self) -> Sequence[Sequence[str]]:
         return self.COLUMN_SETS[-1:] if self.compact else self.COLUMN_SETS
 
     def show(self, src: Source | None) -> None:
