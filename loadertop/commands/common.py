@@ -48,11 +48,25 @@ def open_subscriber(endpoint_args: list[str], *, window_s: float = 3.0, key: str
 
 def no_sources_message(sub) -> str:
     if sub.discover:
+        last = last_ended_line()
+        if last is not None:  # docs/contract.md §9: say which job ended last and how
+            return f"no instrumented process running; {last}"
         return (f"no instrumented process found in {sub.directory}\n"
                 "  wrap a loader with loadertop.instrument(loader), run `loadertop run -- python train.py`,\n"
                 "  or give an endpoint: loadertop tcp://HOST:PORT")
     return ("no data received from " + ", ".join(sub.sockets) +
             " (is the trainer running, and publishing there?)")
+
+
+def last_ended_line() -> str | None:
+    """The black box's line on the job that ended last (None without one); a state directory
+    that cannot be read never stands in the way of the message it adds to."""
+    from loadertop.recording.blackbox import last_ended_line as line
+
+    try:
+        return line()
+    except (OSError, ValueError):
+        return None
 
 
 def watch(sub, seconds: float) -> None:
@@ -71,9 +85,27 @@ def print_error(message: str) -> None:
 
 def load_recording(path: str):
     """(Recording, None) with at least one frame, or (None, the one-line error). The notes on what
-    could not be read (a torn tail) go to stderr: the rest is still shown."""
+    could not be read (a torn tail) go to stderr: the rest is still shown.
+
+    `path` may also be `last` or a pid (docs/contract.md §9): that job's black box, its segments
+    merged, where no file of that name exists."""
+    from loadertop import statedir
     from loadertop.recording.file import RecordingError, read
 
+    if statedir.is_job_spec(path):
+        from loadertop.recording import blackbox
+
+        try:
+            job = blackbox.resolve(path)
+            recording = blackbox.read_job(job)
+        except blackbox.JobError as exc:
+            return None, str(exc)
+        for note in recording.notes:
+            print_error(f"pid {job.pid}: {note}")
+        if not recording.frames:
+            return None, (f"pid {job.pid}: its black box holds no messages (it ended before its "
+                          "first report)")
+        return recording, None
     try:
         recording = read(path)
     except RecordingError as exc:

@@ -39,6 +39,7 @@ commands:
                                         record what the viewer receives to FILE (Ctrl-C stops)
   loadertop replay FILE                 a recording in the live viewer (space, arrows, < >)
   loadertop report FILE [-o OUT.html]   a self-contained HTML report with plots of a recording
+  loadertop ls [--json]                 this user's live and ended jobs (their black boxes)
   loadertop run [--] COMMAND ...        run COMMAND with every DataLoader instrumented
   loadertop attach [--listen ENDPOINT] PID
                                         instrument a running job started without loadertop
@@ -51,6 +52,7 @@ commands:
   loadertop keys [DIR]                  create a CurveZMQ key pair for remote viewing
 
 ENDPOINT: tcp://HOST:PORT, HOST:PORT, ipc://PATH, or the pid of an instrumented process.
+FILE: a recording, or `last` / the pid of a job in `loadertop ls` (its black box).
 Instrument a loader with:  train = loadertop.instrument(DataLoader(...), name="train")
 """
 
