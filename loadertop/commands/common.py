@@ -41,9 +41,12 @@ def open_subscriber(endpoint_args: list[str], *, window_s: float = 3.0, key: str
             curve = curve_client_options(key, server_key)
         except (OSError, ValueError) as exc:
             raise UsageError(str(exc)) from None
+    from loadertop.recording.blackbox import BlackBoxHistory
+
     model = Model(window_s=window_s)
+    # A source starts from its job's black box, and one that dies is said to (docs/contract.md §9).
     return Subscriber(model, endpoints, directory=directory, curve=curve,
-                      drop_vanished=drop_vanished)
+                      drop_vanished=drop_vanished, history=BlackBoxHistory())
 
 
 def no_sources_message(sub) -> str:

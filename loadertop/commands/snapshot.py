@@ -54,6 +54,9 @@ def take(endpoint_args: list[str], seconds: float, *, key=None,
             return None, no_sources_message(sub)
         doc = sub.model.advance(time.time())
         if not doc.sources:
+            deaths = sub.silent_deaths()  # its process died (SIGKILL leaves the entry behind)
+            if deaths:
+                return None, "; ".join(deaths)
             return None, ("no data received from " + ", ".join(sub.sockets) +
                           f" within {seconds:g} s (is the trainer running and iterating an"
                           " instrumented loader?)")

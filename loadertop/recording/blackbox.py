@@ -358,3 +358,31 @@ def postmortem_lines(recording: JobRecording, playback: Playback) -> list[str]:
             for frame in finding.stack[-3:]:
                 lines.append(f"      {frame}")
     return lines
+
+
+# ---- what a live viewer asks ------------------------------------------------------------------
+
+#: A late viewer is seeded with at most this much of a job's history: the memory trends look back
+#: this far (`client.resources.HISTORY_S`); the model keeps less of everything else.
+SEED_S = 1800.0
+
+
+class BlackBoxHistory:
+    """`client.subscriber.History` read from this machine's state directory: a source first seen
+    live starts from its job's recorded frames; a source that falls silent is looked up here."""
+
+    def frames(self, pid: int, host: str, source: str, before: float) -> list[tuple[float, bytes]]:
+        if host != statedir.hostname():
+            return []
+        job = statedir.find_job(str(pid))
+        if job is None or not job.alive():
+            return []
+        try:
+            recording = read_job(job)
+        except JobError:
+            return []
+        return [(f.received_at, f.frame) for f in recording.frames
+                if before - SEED_S <= f.received_at < before]
+
+    def death(self, pid: int, host: str) -> str | None:
+        return death_of(pid, host)

@@ -7,8 +7,10 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from pathlib import Path
 
+import msgspec
 import pytest
 
 from loadertop import statedir, wire
@@ -248,3 +250,81 @@ def test_a_writer_closed_segment_is_read_too(state):
     recording = blackbox.read_job(job)
     assert recording.frames[-1].received_at == T0 + 100
     assert recording.end_reason == "stopped"
+
+
+# ---- a live viewer: a late one starts from the history; a death is said at once ------------------
+
+
+def cow_report(loader: LoaderSim, at: float, start: float) -> wire.LoaderReport:
+    """A report of `loader` with its slow readings: both workers' USS climbing 1 MiB every 5 s
+    while their RSS stays flat (copy-on-read, pytorch#13246)."""
+    growth = round((at - start) / 5) * MIB
+    resources = wire.ResourceReport(
+        sampled_at=at, rss_bytes=2 * GIB, uss_bytes=2 * GIB, fds=40, fd_limit=1024, threads=12,
+        workers=tuple(wire.WorkerResources(id=i, pid=loader.worker_pid(i), uss_bytes=60 * MIB + growth,
+                                           pss_bytes=200 * MIB, rss_bytes=860 * MIB, fds=20, threads=5)
+                      for i in range(2)))
+    return msgspec.structs.replace(loader.report(at, at), resources=resources)
+
+
+def test_a_late_viewer_starts_from_the_black_box_and_shows_copy_on_read_at_once(state):
+    from loadertop.client.model import Model
+    from loadertop.client.subscriber import Subscriber
+
+    started = T0 - 600
+    loader = LoaderSim(pid=os.getpid(), host=HOST, started_at=started,
+                       workers=[WorkerSim(rss_bytes=860 * MIB), WorkerSim(rss_bytes=860 * MIB)])
+    stem = statedir.stem_for(os.getpid(), started)
+    statedir.write_meta(state / f"{stem}{statedir.META_SUFFIX}", statedir.JobMeta(
+        format=statedir.STATE_FORMAT, pid=os.getpid(), started_at=started, start_ticks=MY_TICKS,
+        boot_id=statedir.boot_id(), host=HOST, argv=["python", "train.py"]))
+    writer = RecordingWriter(str(state / f"{stem}.000{statedir.RECORDING_SUFFIX}"), mode=0o600)
+    for k in range(1, 60):  # ten minutes, decimated: one report every 10 s (the slow readings every 5 s)
+        at = started + 10 * k
+        writer.add(wire.encode(cow_report(loader, at, started)), at)
+    writer.flush()
+    sub = Subscriber(Model(window_s=3.0), [], discover=False, history=blackbox.BlackBoxHistory(),
+                     clock=lambda: T0)
+    try:
+        live = cow_report(loader, T0, started)
+        sub._seed(live, T0)
+        sub.model.ingest(live, T0)
+        doc = sub.model.advance(T0)
+    finally:
+        sub.close()
+    assert [f.kind for f in doc.findings] == ["copy_on_read"]
+
+    bare = Model(window_s=3.0)  # the same live report without the history: nothing to go on
+    bare.ingest(cow_report(loader, T0, started), T0)
+    assert bare.advance(T0).findings == ()
+
+
+def test_a_viewer_says_at_once_that_its_trainer_died(state, tmp_path):
+    from loadertop.client.model import Model
+    from loadertop.client.subscriber import SILENT_S, Subscriber
+    from loadertop.views.text import render_text
+
+    path = fake_cgroup(tmp_path, 0)
+    job = make_job(state, pid=41234, cgroups=[
+        statedir.CgroupAtStart(path=path, limit_bytes=round(1.1 * GIB), oom_kills=0)])
+    fake_cgroup(tmp_path, 1)  # the kernel's OOM killer took it
+    now = [T0]
+    sub = Subscriber(Model(window_s=3.0), [], discover=False, history=blackbox.BlackBoxHistory(),
+                     clock=lambda: now[0])
+    try:
+        loader = LoaderSim(pid=job.pid, host=HOST)
+        sub.model.ingest(loader.report(T0, T0), T0)
+        sub._check_deaths()
+        assert sub.model.advance(T0).sources[0].end is None  # not silent yet
+        now[0] = T0 + SILENT_S
+        sub._check_deaths()
+        doc = sub.model.advance(now[0])
+    finally:
+        sub.close()
+    src = doc.sources[0]
+    said = ("pid 41234 died without a goodbye: killed by the OOM killer — its cgroup's limit "
+            "1.1 GiB was reached")
+    assert src.state == "gone" and src.end is not None and src.end.how == "died"
+    assert src.end.error == said
+    assert "is the trainer running" not in render_text(doc)
+    assert f"ended at {time.strftime('%H:%M:%S', time.localtime(T0))}: {said}" in render_text(doc)
