@@ -185,6 +185,16 @@ class RecordingWriter:
         self._pending.clear()
         self._pending_raw = 0
 
+    def abandon(self) -> None:
+        """Close the file without writing anything more (the disk refused a write)."""
+        if not self.closed:
+            self.closed = True
+            self._pending.clear()
+            try:
+                self._file.close()
+            except OSError:
+                pass
+
     def close(self, reason: str = "stopped") -> None:
         if self.closed:
             return

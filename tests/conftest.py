@@ -126,10 +126,14 @@ def pytest_collection_modifyitems(config, items) -> None:
 @pytest.fixture(scope="session", autouse=True)
 def _session_loadertop_dir():
     """The in-process publisher (transparency tests) is a per-process singleton that keeps the
-    directory it was created with: give the whole pytest process one private, short one."""
+    directory it was created with: give the whole pytest process one private, short one. The
+    black boxes of every job the tests start go to a private state directory too, never the
+    user's (a test that reads them sets LOADERTOP_STATE_DIR of its own)."""
     directory = short_tmpdir()
-    saved = {v: os.environ.get(v) for v in ("LOADERTOP_DIR", "LOADERTOP_ENDPOINT", "LOADERTOP_DISABLE")}
+    saved = {v: os.environ.get(v) for v in ("LOADERTOP_DIR", "LOADERTOP_ENDPOINT", "LOADERTOP_DISABLE",
+                                            "LOADERTOP_STATE_DIR")}
     os.environ["LOADERTOP_DIR"] = str(directory)
+    os.environ["LOADERTOP_STATE_DIR"] = str(directory / "state")
     os.environ.pop("LOADERTOP_ENDPOINT", None)
     os.environ.pop("LOADERTOP_DISABLE", None)
     yield directory
