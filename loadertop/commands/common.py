@@ -105,9 +105,10 @@ def load_recording(path: str):
             return None, str(exc)
         for note in recording.notes:
             print_error(f"pid {job.pid}: {note}")
-        if not recording.frames:
-            return None, (f"pid {job.pid}: its black box holds no messages (it ended before its "
-                          "first report)")
+        if not recording.frames:  # how it ended is still worth saying
+            return None, (f"pid {job.pid} ({blackbox.command_of(job)}) ended: "
+                          f"{blackbox.ending_of(job, recording).text}; its black box holds no "
+                          "messages (it ended before its first report)")
         return recording, None
     try:
         recording = read(path)

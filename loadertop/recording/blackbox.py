@@ -20,6 +20,8 @@ or the machine's limit.
 
 from __future__ import annotations
 
+import re
+import signal
 import time
 from dataclasses import dataclass, field
 from typing import Literal
@@ -234,6 +236,71 @@ def ending_of(job: statedir.Job, recording: Recording | None = None, *,
     return Ending("killed", "killed: unknown cause", None, at)
 
 
+# torch (2.13, _utils/signal_handling.py and dataloader.py) says a worker's death in one of two
+# ways, depending on which of its checks saw it first: its SIGCHLD handler ("is killed by signal:
+# Killed.") or the loop's timeout check ("pid(s) 4285, 4286) exited unexpectedly").
+_TORCH_WORKER_KILLED = re.compile(r"DataLoader worker \(pid (\d+)\) is killed by signal: ([^.]+)")
+_TORCH_WORKERS_EXITED = re.compile(r"DataLoader worker \(pid\(s\) ([\d, ]+)\) exited unexpectedly")
+
+
+def killed_worker(job: statedir.Job, recording: Recording | None) -> str | None:
+    """"worker 0 (pid 4242) was killed by SIGKILL — …" when the run ended with torch's message of
+    a worker's death: the worker's id (and, when torch's message does not say it, its signal) from
+    the recorded reports; the OOM killer named when the job's cgroup counted a kill."""
+    ended = job.meta.ended
+    if ended is None or ended.kind != "exception" or not ended.message:
+        return None
+    name: str | None = None
+    killed = _TORCH_WORKER_KILLED.search(ended.message)
+    if killed is not None:
+        pids = [int(killed.group(1))]
+        description = killed.group(2).strip()
+        name = next((s.name for s in signal.Signals if signal.strsignal(s) == description), description)
+    else:
+        exited = _TORCH_WORKERS_EXITED.search(ended.message)
+        if exited is None:
+            return None
+        pids = [int(p) for p in exited.group(1).replace(",", " ").split()]
+    pid, wid, exitcode = pids[0], None, None
+    for frame in reversed(recording.frames if recording is not None else []):
+        try:
+            msg = wire.decode(frame.frame)
+        except wire.WireError:
+            continue
+        if isinstance(msg, wire.LoaderReport):
+            for w in msg.workers:
+                if w.pid in pids:
+                    pid, wid = w.pid, w.id
+                    if w.exitcode is not None:
+                        exitcode = w.exitcode
+                        break
+            if exitcode is not None or (wid is not None and name is not None):
+                break
+    if name is None and exitcode is not None and exitcode < 0:
+        try:
+            name = signal.Signals(-exitcode).name
+        except ValueError:
+            name = f"signal {-exitcode}"
+    worker = f"worker {wid} (pid {pid})" if wid is not None else f"worker (pid {pid})"
+    if name is None:
+        code = f" with exit code {exitcode}" if exitcode is not None else " (its exit status was not recorded)"
+        return f"{worker} exited unexpectedly{code}"
+    line = f"{worker} was killed by {name}"
+    if name == "SIGKILL":
+        if _oom_counted(job):
+            return line + ": by the OOM killer (its cgroup counted an OOM kill)"
+        return line + " — most often the OOM killer (`dmesg -T | grep -i oom`)"
+    return line
+
+
+def _oom_counted(job: statedir.Job) -> bool:
+    for cgroup in job.meta.cgroups:
+        now = statedir.oom_kills(cgroup.path, job.meta.cgroup_version)
+        if cgroup.oom_kills is not None and now is not None and now > cgroup.oom_kills:
+            return True
+    return False
+
+
 def _one_line(text: str, limit: int = 200) -> str:
     line = " ".join(text.split())
     return line if len(line) <= limit else line[: limit - 1] + "…"
@@ -338,6 +405,9 @@ def postmortem_lines(recording: JobRecording, playback: Playback) -> list[str]:
              f"{fmt_duration(end - job.meta.started_at)} · ended: {ending.text}"]
     if ending.kind == "killed":
         lines.append(f"  {ending.sentence(job.pid)}")
+    worker_line = killed_worker(job, recording)
+    if worker_line is not None:
+        lines.append(f"  {worker_line}")
     seen: dict[tuple[str, str | None, int | None], Finding] = {}
     t = max(playback.start, playback.end - LAST_MINUTES_S)
     while True:
