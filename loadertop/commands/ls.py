@@ -105,7 +105,7 @@ def run(args: argparse.Namespace) -> int:
 def render(rows: list[dict[str, object]], directory: str) -> str:
     from loadertop.client.units import fmt_duration
 
-    table = [("PID", "STARTED", "DURATION", "ENDED", "WORST FINDING", "COMMAND")]
+    table: list[tuple[str, ...]] = [("PID", "STARTED", "DURATION", "ENDED", "WORST FINDING", "COMMAND")]
     for row in rows:
         worst = row["worst_finding"]
         started = row["started_at"]

@@ -283,7 +283,8 @@ def killed_worker(job: statedir.Job, recording: Recording | None) -> str | None:
             name = f"signal {-exitcode}"
     worker = f"worker {wid} (pid {pid})" if wid is not None else f"worker (pid {pid})"
     if name is None:
-        code = f" with exit code {exitcode}" if exitcode is not None else " (its exit status was not recorded)"
+        code = (f" with exit code {exitcode}" if exitcode is not None
+                else " (its exit status was not recorded)")
         return f"{worker} exited unexpectedly{code}"
     line = f"{worker} was killed by {name}"
     if name == "SIGKILL":
@@ -428,6 +429,14 @@ def postmortem_lines(recording: JobRecording, playback: Playback) -> list[str]:
             for frame in finding.stack[-3:]:
                 lines.append(f"      {frame}")
     return lines
+
+
+def replay_name(recording: JobRecording) -> str:
+    """What `replay last` calls the recording in its header: the job and how it ended."""
+    job = recording.job
+    if job is None:
+        return recording.path
+    return f"pid {job.pid} ({command_of(job, 40)}) · {ending_of(job, recording).text}"
 
 
 # ---- what a live viewer asks ------------------------------------------------------------------

@@ -71,7 +71,7 @@ def _memory_cgroup() -> tuple[Path, int] | None:
             break
     else:
         parent, version = Path("/sys/fs/cgroup") / next(
-            (l.split(":", 2)[2] for l in lines if l.startswith("0::")), "/").lstrip("/"), 2
+            (entry.split(":", 2)[2] for entry in lines if entry.startswith("0::")), "/").lstrip("/"), 2
     try:
         group = parent / name
         group.mkdir()

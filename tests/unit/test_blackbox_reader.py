@@ -328,3 +328,22 @@ def test_a_viewer_says_at_once_that_its_trainer_died(state, tmp_path):
     assert src.end.error == said
     assert "is the trainer running" not in render_text(doc)
     assert f"ended at {time.strftime('%H:%M:%S', time.localtime(T0))}: {said}" in render_text(doc)
+
+
+def test_report_last_leads_with_the_end_and_replay_names_it(state, tmp_path):
+    import importlib.util
+
+    from loadertop.commands import report
+
+    from recorded import needed
+
+    needed(importlib.util.find_spec("matplotlib"),
+           "matplotlib is not installed (pip install 'loadertop[report]')")
+    job = make_job(state, ended=statedir.Ended(kind="signal", at=T0, signal="SIGTERM",
+                                               recorded_by="launcher"))
+    out = tmp_path / "last.html"
+    assert report.main(["last", "-o", str(out)]) == 0
+    page = out.read_text()
+    assert page.index('<h2 id="end">How it ended</h2>') < page.index('id="source-')
+    assert "ended: signal: SIGTERM" in page
+    assert blackbox.replay_name(blackbox.read_job(job)) == "pid 41234 (python train.py) · signal: SIGTERM"
