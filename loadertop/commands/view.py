@@ -114,7 +114,8 @@ def run(args: argparse.Namespace) -> int:
         print_error(str(exc))
         return 2
     if args.record is None:
-        return run_app(sub, refresh_s=args.refresh, no_color=environment.no_color(args.no_color))
+        return run_app(sub, refresh_s=args.refresh, no_color=environment.no_color(args.no_color),
+                       note=last_job_note(sub) if sub.discover else None)
     from loadertop.commands.record import open_writer, size_text
 
     try:
@@ -137,6 +138,30 @@ def run(args: argparse.Namespace) -> int:
         writer.close()
         print(f"loadertop: recorded {writer.frames} messages to {args.record} "
               f"({size_text(writer.written)})", file=sys.stderr)
+
+
+LAST_JOB_RECHECK_S = 10.0  # how often the screen with no source looks at the state directory again
+
+
+def last_job_note(sub, clock: Callable[[], float] | None = None) -> Callable[[], str | None]:
+    """The header's note while no instrumented process runs: which job ended last and how
+    (docs/contract.md §9), looked up again every LAST_JOB_RECHECK_S; nothing once a source shows."""
+    import time
+
+    from loadertop.commands.common import last_ended_line
+
+    now = clock or time.monotonic
+    cached: list = [None, -LAST_JOB_RECHECK_S]  # the line, when it was looked up
+
+    def note() -> str | None:
+        if sub.model.sources:
+            return None
+        if now() - cached[1] >= LAST_JOB_RECHECK_S:
+            line = last_ended_line()
+            cached[:] = [f"no instrumented process running; {line}" if line else None, now()]
+        return cached[0]
+
+    return note
 
 
 def run_app(sub, *, refresh_s: float, no_color: bool,

@@ -347,3 +347,23 @@ def test_report_last_leads_with_the_end_and_replay_names_it(state, tmp_path):
     assert page.index('<h2 id="end">How it ended</h2>') < page.index('id="source-')
     assert "ended: signal: SIGTERM" in page
     assert blackbox.replay_name(blackbox.read_job(job)) == "pid 41234 (python train.py) · signal: SIGTERM"
+
+
+def test_the_screen_with_no_process_names_the_last_ended_job_in_its_header(state):
+    from loadertop.commands.view import LAST_JOB_RECHECK_S, last_job_note
+
+    class Sub:
+        class model:
+            sources: dict = {}
+
+    clock = [0.0]
+    note = last_job_note(Sub(), clock=lambda: clock[0])
+    assert note() is None  # no job yet
+    make_job(state, pid=51, ended=statedir.Ended(kind="finished", at=T0))
+    assert note() is None  # looked up again only every LAST_JOB_RECHECK_S
+    clock[0] += LAST_JOB_RECHECK_S
+    said = note()
+    assert said is not None and said.startswith("no instrumented process running; the last job, pid 51 ")
+    assert said.endswith(": finished — loadertop snapshot --from last")
+    Sub.model.sources = {"h:51:train": object()}
+    assert note() is None  # a source shows: the screen is about it
