@@ -9,11 +9,12 @@ import sys
 from pathlib import Path
 
 import pytest
-from fakes import loader_report, system_report
 
 from loadertop import statedir, wire
 from loadertop.probe import blackbox
 from loadertop.recording.file import read
+
+from fakes import loader_report, system_report
 
 
 def _box(directory: Path, budget: int = blackbox.BUDGET_BYTES) -> blackbox.BlackBox:
