@@ -482,7 +482,7 @@ class Publisher:
                 next_slow = next_tick(origin, slow_ns, now)
                 for record in records:
                     record.sample_workers()
-                if (watched or recording) and now >= next_resources:
+                if (watched or recording) and self._viewer_tools and now >= next_resources:
                     # The slow readings (USS/PSS ~1.3 ms a process here, fds, threads): every
                     # RESOURCE_S, for a viewer or the black box, on this thread, never the training one.
                     # on the 1 s grid: the tick at RESOURCE_S from now, not the one after it
