@@ -3,6 +3,7 @@ Subscriber, reading a recording, and the one-line error."""
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 
@@ -95,7 +96,7 @@ def load_recording(path: str):
     from loadertop import statedir
     from loadertop.recording.file import RecordingError, read
 
-    if statedir.is_job_spec(path):
+    if statedir.is_job_spec(path) and not os.path.exists(path):  # a file of that name is the file
         from loadertop.recording import blackbox
 
         try:

@@ -367,3 +367,13 @@ def test_the_screen_with_no_process_names_the_last_ended_job_in_its_header(state
     assert said.endswith(": finished — loadertop snapshot --from last")
     Sub.model.sources = {"h:51:train": object()}
     assert note() is None  # a source shows: the screen is about it
+
+
+def test_a_file_named_last_is_that_file(state, tmp_path, monkeypatch):
+    from loadertop.commands.common import load_recording
+
+    make_job(state, pid=61, ended=statedir.Ended(kind="finished", at=T0))
+    monkeypatch.chdir(tmp_path)
+    Path("last").write_bytes(b"not a recording")
+    recording, error = load_recording("last")
+    assert recording is None and error == "last: not a loadertop recording (make one with `loadertop record`)"
