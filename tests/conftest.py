@@ -72,6 +72,10 @@ def clean_env(directory: Path | str, **extra: str) -> dict:
     for var in ("LOADERTOP_ENDPOINT", "LOADERTOP_DISABLE", "PYTHONPROFILEIMPORTTIME"):
         env.pop(var, None)
     env["LOADERTOP_DIR"] = str(directory)
+    # The jobs and viewers of one discovery directory share a state directory of their own: a
+    # viewer with no live job names the last ended one (docs/contract.md §9), so another test's
+    # jobs must not be in it.
+    env["LOADERTOP_STATE_DIR"] = str(Path(directory) / "state")
     env["PYTHONUNBUFFERED"] = "1"
     env.update(extra)
     return env
