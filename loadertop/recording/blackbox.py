@@ -38,6 +38,9 @@ if TYPE_CHECKING:
 #: The last recorded memory at or above this share of a limit makes the OOM killer "likely": the
 #: probe samples memory every few seconds, so the last figure is taken before the final climb.
 OOM_LIKELY_SHARE = 0.9
+#: ... read from the recording's last this-many seconds (the black box keeps the machine's figures
+#: every 10 s with no viewer).
+LAST_MEMORY_S = 60.0
 #: Frames of one report kept in two segments (a rotation's overlap) carry the same receive time
 #: and bytes; they are read once.
 EndKind = Literal["running", "finished", "exception", "signal", "killed"]
@@ -66,8 +69,9 @@ class Ending:
                 return f"pid {pid} died without a goodbye: killed by the OOM killer — {self.cause}"
             if self.cause is not None:
                 return f"pid {pid} died without a goodbye: killed, likely by the OOM killer — {self.cause}"
-            return (f"pid {pid} died without a goodbye (a SIGKILL or a signal Python could not see; "
-                    "no OOM kill counted in its cgroup, its memory was not near a limit)")
+            return (f"pid {pid} died without a goodbye: killed (SIGKILL, or a signal Python could not "
+                    "handle), cause unknown — neither its cgroup's OOM-kill counter nor its last "
+                    "memory points to the OOM killer")
         if self.kind == "running":
             return f"pid {pid} is running"
         return f"pid {pid} ended: {self.text}"
@@ -158,15 +162,21 @@ def resolve(spec: str) -> statedir.Job:
 
 
 def last_memory(job: statedir.Job, recording: Recording | None) -> LastMemory | None:
-    """The last memory figure of the job's recording against its limit: the cgroup's usage in
-    the machine figures when the cgroup has a limit, else the process's and its workers' RSS
-    against the cgroup's limit (or the machine's memory)."""
-    if recording is None:
+    """The last memory figure of the job's recording (its last LAST_MEMORY_S) against its limit:
+    the cgroup's usage as the probe read it (the kernel's own charge) when the cgroup has a limit;
+    else the process's and its workers' RSS against the cgroup's limit in the meta (RSS counts
+    pages the workers share with the main process twice: an upper bound); else the machine's
+    memory in use against its total."""
+    if recording is None or not recording.frames:
         return None
     rss: int | None = None
     workers_rss: dict[int, int] = {}
     cgroup_used: tuple[int, int] | None = None
+    machine_used: tuple[int, int] | None = None
+    since = recording.frames[-1].received_at - LAST_MEMORY_S
     for frame in reversed(recording.frames):
+        if frame.received_at < since:
+            break
         try:
             msg = wire.decode(frame.frame)
         except wire.WireError:
@@ -175,23 +185,25 @@ def last_memory(job: statedir.Job, recording: Recording | None) -> LastMemory | 
             cg = msg.cgroup
             if cgroup_used is None and cg is not None and cg.mem_used_bytes and cg.mem_limit_bytes:
                 cgroup_used = (cg.mem_used_bytes, cg.mem_limit_bytes)
+            total, available = msg.mem_total_bytes, msg.mem_available_bytes
+            if machine_used is None and total and available is not None:
+                machine_used = (max(0, total - available), total)
         elif isinstance(msg, wire.LoaderReport) and msg.pid == job.pid:
             if not workers_rss:
                 workers_rss = {w.id: w.rss_bytes for w in msg.workers
                                if w.rss_bytes is not None and w.alive is not False}
             if rss is None and msg.resources is not None and msg.resources.rss_bytes is not None:
                 rss = msg.resources.rss_bytes
-        if rss is not None and cgroup_used is not None:
+        if cgroup_used is not None:
             break
+    if cgroup_used is not None:
+        return LastMemory(cgroup_used[0], cgroup_used[1], of_cgroup=True)
     limits = [c.limit_bytes for c in job.meta.cgroups if c.limit_bytes]
     own = (rss or 0) + sum(workers_rss.values())
     if limits and own:
-        candidate = LastMemory(own, min(limits), of_cgroup=True)
-        if cgroup_used is not None and cgroup_used[0] / cgroup_used[1] > own / candidate.limit_bytes:
-            return LastMemory(cgroup_used[0], cgroup_used[1], of_cgroup=True)
-        return candidate
-    if cgroup_used is not None:
-        return LastMemory(cgroup_used[0], cgroup_used[1], of_cgroup=True)
+        return LastMemory(own, min(limits), of_cgroup=True)
+    if machine_used is not None:
+        return LastMemory(machine_used[0], machine_used[1], of_cgroup=False)
     if own and job.meta.machine_memory_bytes:
         return LastMemory(own, job.meta.machine_memory_bytes, of_cgroup=False)
     return None

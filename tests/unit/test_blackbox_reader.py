@@ -377,3 +377,12 @@ def test_a_file_named_last_is_that_file(state, tmp_path, monkeypatch):
     Path("last").write_bytes(b"not a recording")
     recording, error = load_recording("last")
     assert recording is None and error == "last: not a loadertop recording (make one with `loadertop record`)"
+
+
+def test_the_machine_nearly_out_of_memory_makes_the_oom_killer_likely(state):
+    machine = MachineSim(host=HOST, mem_total_bytes=16 * GIB, mem_available_bytes=GIB // 2)
+    job = make_job(state, machine=machine)
+    assert blackbox.ending_of(job, blackbox.read_job(job)).text == (
+        "killed: SIGKILL (OOM killer: likely — memory was at 15.5 GiB of the machine's 16 GiB limit)")
+    calm = make_job(state, pid=41235, started_at=T0 - 30)  # MachineSim's default: 88 GiB available
+    assert blackbox.ending_of(calm, blackbox.read_job(calm)).text == "killed: unknown cause"
