@@ -67,6 +67,13 @@ def kill_group(proc: subprocess.Popen) -> None:
         pass
 
 
+def state_dir_of(directory: Path | str) -> Path:
+    """The black boxes' state directory of the jobs of discovery directory `directory`: in it,
+    named as the tests' own files there are ("w…", as a Workload's work directory: what a job
+    leaves in its discovery directory is checked without them), so it goes when it goes."""
+    return Path(directory) / "w-state"
+
+
 def clean_env(directory: Path | str, **extra: str) -> dict:
     env = os.environ.copy()
     for var in ("LOADERTOP_ENDPOINT", "LOADERTOP_DISABLE", "PYTHONPROFILEIMPORTTIME"):
@@ -75,7 +82,7 @@ def clean_env(directory: Path | str, **extra: str) -> dict:
     # The jobs and viewers of one discovery directory share a state directory of their own: a
     # viewer with no live job names the last ended one (docs/contract.md §9), so another test's
     # jobs must not be in it.
-    env["LOADERTOP_STATE_DIR"] = str(Path(directory) / "state")
+    env["LOADERTOP_STATE_DIR"] = str(state_dir_of(directory))
     env["PYTHONUNBUFFERED"] = "1"
     env.update(extra)
     return env
