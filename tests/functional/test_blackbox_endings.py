@@ -122,16 +122,26 @@ def test_the_trainer_killed_by_the_oom_killer_is_named_so(state):
                 wait_for(lambda: not (group / "cgroup.procs").read_text().strip(), 5, "an empty cgroup")
 
 
+def _unix_sockets_at(path: str) -> int:
+    """How many unix sockets are bound to `path`: its listener, and one per accepted connection."""
+    with open("/proc/net/unix") as f:
+        return sum(1 for line in f if line.rstrip("\n").endswith(" " + path))
+
+
 def test_a_viewer_watching_a_trainer_sigkilled_says_so_at_once(state):
     job = Workload("--kind", "sleep", "--ms", "5", "--workers", "1", "--batch-size", "2",
                    "--duration", "60", env={"LOADERTOP_STATE_DIR": str(state)})
     try:
-        start = job.wait_batches(20)["batches"]
+        job.wait_batches(20)
+        socket_path = job.wait_discovery()["endpoint"].removeprefix("ipc://")
         env = dict(job.env, LOADERTOP_STATE_DIR=str(state))
         viewer = subprocess.Popen(loadertop_cmd("snapshot", "--seconds", "6"), env=env,
                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        # ~2 s of batches (5 ms each): the viewer has started and received by then.
-        wait_for(lambda: job.status().get("batches", 0) >= start + 400, 30, "400 more batches")
+        # Connected: the trainer's socket has accepted a peer (a second entry of its path).
+        wait_for(lambda: _unix_sockets_at(socket_path) >= 2, 30, "the viewer's connection")
+        connected = job.status()["batches"]
+        # ~1 s of batches (5 ms each): reports (every 0.25 s) have reached the viewer.
+        wait_for(lambda: job.status().get("batches", 0) >= connected + 200, 30, "200 more batches")
         job.send(signal.SIGKILL)
         out, err = viewer.communicate(timeout=30)
     finally:
