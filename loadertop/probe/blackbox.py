@@ -262,12 +262,11 @@ class BlackBox:
         assert run is not None
         run.writer.flush()
         self.every_s *= 2
-        old = recfile.read(str(run.path))
         tmp = self.directory / f".{run.path.name}.thin"
         _unlink(tmp)
         thinned = _Segment(tmp, self._argv)
         kept: dict[str, float] = {}
-        for frame in old.frames:
+        for frame in recfile.iter_frames(str(run.path)):
             try:
                 msg = wire.decode(frame.frame)
             except wire.WireError:
