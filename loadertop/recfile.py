@@ -32,7 +32,7 @@ import os
 import struct
 import time
 import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Annotated
 
@@ -287,6 +287,53 @@ def read(path: str) -> Recording:
     if data[offset:]:
         _parse_records(body, recording)
     return recording
+
+
+def iter_frames(path: str, chunk_bytes: int = 64 * 1024) -> Iterator[Frame]:
+    """The frames of a recording, read and inflated `chunk_bytes` at a time: what `read` returns,
+    without holding the whole file (the black box thins its own recording inside a training
+    process, where memory is what a job runs short of). Stops quietly at a torn or corrupt tail;
+    raises RecordingError as `read` does for a file that is not a recording at all."""
+    try:
+        f = open(path, "rb")
+    except OSError as exc:
+        raise RecordingError(f"{path}: cannot read it ({exc.strerror or exc})") from None
+    with f:
+        head = f.read(len(MAGIC) + _LENGTH.size)
+        if len(head) < len(MAGIC) + _LENGTH.size or not head.startswith(MAGIC):
+            raise RecordingError(f"{path}: not a complete loadertop recording")
+        (header_len,) = _LENGTH.unpack_from(head, len(MAGIC))
+        if header_len > MAX_HEADER_BYTES or len(f.read(header_len)) < header_len:
+            raise RecordingError(f"{path}: corrupt header")
+        inflate = zlib.decompressobj(-15)
+        endpoints: dict[int, str] = {}
+        pending = b""
+        while True:
+            data = f.read(chunk_bytes)
+            if not data:
+                return
+            try:
+                pending += inflate.decompress(data)
+            except zlib.error:
+                return
+            offset = 0
+            while len(pending) - offset >= _LENGTH.size:
+                (length,) = _LENGTH.unpack_from(pending, offset)
+                if length > MAX_RECORD_BYTES:
+                    return
+                end = offset + _LENGTH.size + length
+                if end > len(pending):
+                    break
+                try:
+                    entry = _entry_decoder.decode(pending[offset + _LENGTH.size:end])
+                except (msgspec.DecodeError, msgspec.ValidationError):
+                    entry = None
+                offset = end
+                if isinstance(entry, FrameEntry):
+                    yield Frame(entry.received_at, endpoints.get(entry.endpoint), entry.frame)
+                elif isinstance(entry, EndpointEntry):
+                    endpoints[entry.index] = entry.endpoint
+            pending = pending[offset:]
 
 
 def _inflate_prefix(data: bytes) -> bytes:

@@ -48,10 +48,11 @@ from loadertop._version import __version__
 from loadertop.probe import stacks
 from loadertop.system.cgroup import Cgroup
 
-# The per-process budget (docs/blackbox.md says why): half for the last minutes in full, half
-# for the whole run decimated.
+# The per-process budget (docs/blackbox.md says why). The last minutes in full are bounded by
+# time (RECENT_SEGMENTS + 1 segments of SEGMENT_S) and, for a very fast loader, by RECENT_SHARE
+# of the budget; the rest is the whole run's, decimated.
 BUDGET_BYTES = 8 * 1024 * 1024
-RECENT_SHARE = 0.5
+RECENT_SHARE = 0.25
 RECENT_SEGMENTS = 4  # kept besides the one being written
 SEGMENT_S = 60.0
 DECIMATE_S = 10.0  # the run's file: one report per loader this often, at first
@@ -261,12 +262,11 @@ class BlackBox:
         assert run is not None
         run.writer.flush()
         self.every_s *= 2
-        old = recfile.read(str(run.path))
         tmp = self.directory / f".{run.path.name}.thin"
         _unlink(tmp)
         thinned = _Segment(tmp, self._argv)
         kept: dict[str, float] = {}
-        for frame in old.frames:
+        for frame in recfile.iter_frames(str(run.path)):
             try:
                 msg = wire.decode(frame.frame)
             except wire.WireError:

@@ -18,9 +18,10 @@ from loadertop.recfile import (
     RecordingError,
     RecordingWriter,
     default_name,
+    iter_frames,
     read,
 )
 
 __all__ = ["FLUSH_S", "FORMAT_VERSION", "MAGIC", "MAX_ENDPOINTS", "MAX_HEADER_BYTES", "MAX_RECORD_BYTES",
            "EndEntry", "EndpointEntry", "Entry", "Frame", "FrameEntry", "Header", "Recording",
-           "RecordingError", "RecordingWriter", "default_name", "read"]
+           "RecordingError", "RecordingWriter", "default_name", "iter_frames", "read"]
