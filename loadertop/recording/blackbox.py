@@ -438,8 +438,13 @@ def postmortem_lines(recording: JobRecording, playback: Playback) -> list[str]:
         worker = f" (worker {finding.worker})" if finding.worker is not None else ""
         lines.append(f"  - {finding.severity} {finding.kind}{worker}: {finding.summary}")
         if finding.stack:
-            for frame in finding.stack[-3:]:
-                lines.append(f"      {frame}")
+            # The innermost frames, and the user's own frame (where a library's are innermost).
+            shown = list(range(max(0, len(finding.stack) - 2), len(finding.stack)))
+            if finding.user_frame is not None and finding.user_frame not in shown:
+                shown.insert(0, finding.user_frame)
+            for i in shown:
+                mark = "  ◀ your code" if i == finding.user_frame else ""
+                lines.append(f"      {finding.stack[i]}{mark}")
     return lines
 
 

@@ -150,3 +150,39 @@ def test_a_viewer_watching_a_trainer_sigkilled_says_so_at_once(state):
     assert f"pid {job.pid} died without a goodbye" in out, out
     assert "is the trainer running" not in out + err
     assert re.search(r"· died · ", out), out
+
+
+def test_a_hang_nobody_watched_then_killed_leads_with_its_stack(state):
+    from loadertop import statedir, wire
+    from loadertop.diagnosis import STALL_MIN_MS
+    from loadertop.recording import blackbox
+
+    # 40 quick batches, then a batch that never comes: hung past the stall threshold (5 s with
+    # that history, diagnosis/thresholds.py) with no viewer.
+    job = Workload("--kind", "hang", "--after", "40", "--workers", "1", "--batch-size", "1",
+                   "--duration", "120", env={"LOADERTOP_STATE_DIR": str(state)})
+
+    def hung_past_the_threshold() -> bool:
+        found = [j for j in statedir.list_jobs(state).jobs if j.meta.pid == job.pid]
+        if not found or not found[0].recordings:
+            return False
+        for frame in blackbox.read_job(found[0]).frames:
+            msg = wire.decode(frame.frame)
+            if isinstance(msg, wire.LoaderReport) and any(
+                    w.stack and (w.busy_ms or 0) > STALL_MIN_MS for w in msg.workers):
+                return True
+        return False
+
+    try:
+        wait_for(hung_past_the_threshold, 45, "the hang's stacks in the black box", interval=0.5)
+        job.send(signal.SIGKILL)  # the scheduler's time limit, in the morning
+        job.wait(30)
+    finally:
+        job.kill()
+    out = loadertop(state, "snapshot", "--from", "last")
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    assert lines[0].endswith("ended: killed: unknown cause"), lines[0]
+    lead = "\n".join(lines[: lines.index("")])
+    assert "worker_hung (worker 0)" in lead and "in hang_forever" in lead, lead
+    assert re.search(r"train\.py:\d+ in main  ◀ your code", lead), lead  # the loop's own frame
