@@ -6,6 +6,7 @@ never blocks longer than asked, so a timer in the TUI or a loop in `snapshot` ca
 
 from __future__ import annotations
 
+import socket
 import time
 from pathlib import Path
 from typing import Protocol
@@ -214,8 +215,13 @@ class Subscriber:
         did (`snapshot`'s message instead of "is the trainer running?")."""
         if self.history is None:
             return []
+        known = dict(self._pids)
+        for endpoint in self.sockets:  # given ones: a pid's private socket names its process
+            name = endpoint.rpartition("/")[2]
+            if endpoint.startswith("ipc://") and name.endswith(".sock") and name[:-5].isdigit():
+                known.setdefault(endpoint, (int(name[:-5]), socket.gethostname()))
         out = []
-        for endpoint, (pid, host) in sorted(self._pids.items()):
+        for endpoint, (pid, host) in sorted(known.items()):
             if self.model.endpoints.get(endpoint) is None:
                 how = self.history.death(pid, host)
                 if how is not None:

@@ -386,3 +386,16 @@ def test_the_machine_nearly_out_of_memory_makes_the_oom_killer_likely(state):
         "killed: SIGKILL (OOM killer: likely — memory was at 15.5 GiB of the machine's 16 GiB limit)")
     calm = make_job(state, pid=41235, started_at=T0 - 30)  # MachineSim's default: 88 GiB available
     assert blackbox.ending_of(calm, blackbox.read_job(calm)).text == "killed: unknown cause"
+
+
+def test_a_snapshot_whose_trainer_died_before_it_delivered_says_how(state, tmp_path):
+    from loadertop.client.model import Model
+    from loadertop.client.subscriber import Subscriber
+
+    make_job(state, pid=41234, ended=statedir.Ended(kind="exception", at=T0, exc_type="MemoryError"))
+    endpoint = f"ipc://{tmp_path}/41234.sock"  # the pid's private socket, left behind
+    sub = Subscriber(Model(window_s=3.0), [endpoint], discover=False, history=blackbox.BlackBoxHistory())
+    try:
+        assert sub.silent_deaths() == ["pid 41234 ended: exception: MemoryError"]
+    finally:
+        sub.close()
