@@ -32,6 +32,7 @@ at most EXIT_WAIT_S.
 from __future__ import annotations
 
 import atexit
+import encodings.ascii  # noqa: F401  (see below)
 import os
 import signal
 import sys
@@ -69,6 +70,11 @@ KEEP_BYTES = 256 * 1024 * 1024
 MAX_MESSAGE = 1024  # an exception's message kept in the meta
 
 THREAD_NAME = "loadertop-blackbox"
+# Everything the black box's thread runs is imported here, on the training thread: a fork (the
+# DataLoader's workers, right after the probe starts) while another thread holds an import lock
+# leaves it held in the child. statedir reads /proc and the cgroup files as ASCII, and that codec's
+# module is otherwise imported at its first use (CPython 3.11), on that thread: hence the import
+# of encodings.ascii above. tests/unit/test_blackbox.py checks that the thread imports nothing.
 
 
 def budget_bytes(environ: Mapping[str, str] = os.environ) -> int:
