@@ -74,7 +74,7 @@ THREAD_NAME = "loadertop-blackbox"
 # DataLoader's workers, right after the probe starts) while another thread holds an import lock
 # leaves it held in the child. statedir reads /proc and the cgroup files as ASCII, and that codec's
 # module is otherwise imported at its first use (CPython 3.11), on that thread: hence the import
-# of encodings.ascii above. tests/unit/test_blackbox.py checks that the thread imports nothing.
+# of encodings.ascii above. tests/unit/test_blackbox_thread.py checks that the thread imports nothing.
 
 
 def budget_bytes(environ: Mapping[str, str] = os.environ) -> int:

@@ -106,7 +106,7 @@ def test_an_uncaught_exception_names_the_users_innermost_frame(monkeypatch):
     assert ended.kind == "exception" and ended.exc_type == "JSONDecodeError"
     assert ended.message and ended.message.startswith("Expecting property name")
     assert ended.frame is not None and ended.frame.endswith("in users_step")
-    assert "test_blackbox.py:" in ended.frame
+    assert "test_blackbox_thread.py:" in ended.frame
     monkeypatch.setattr(sys, "last_value", SystemExit(3), raising=False)
     assert blackbox.how_it_ended().kind == "finished"
 
