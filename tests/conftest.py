@@ -148,6 +148,10 @@ def _session_loadertop_dir():
     os.environ.pop("LOADERTOP_ENDPOINT", None)
     os.environ.pop("LOADERTOP_DISABLE", None)
     yield directory
+    from loadertop.probe import publisher  # this process's own black box ends before its directory
+
+    if publisher._publisher is not None and publisher._publisher.blackbox is not None:
+        publisher._publisher.blackbox.finish()
     for var, value in saved.items():
         if value is None:
             os.environ.pop(var, None)

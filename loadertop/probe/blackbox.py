@@ -32,6 +32,7 @@ at most EXIT_WAIT_S.
 from __future__ import annotations
 
 import atexit
+import encodings.ascii  # noqa: F401  (see below)
 import os
 import signal
 import sys
@@ -39,7 +40,7 @@ import threading
 import time
 import traceback
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -69,6 +70,11 @@ KEEP_BYTES = 256 * 1024 * 1024
 MAX_MESSAGE = 1024  # an exception's message kept in the meta
 
 THREAD_NAME = "loadertop-blackbox"
+# Everything the black box's thread runs is imported here, on the training thread: a fork (the
+# DataLoader's workers, right after the probe starts) while another thread holds an import lock
+# leaves it held in the child. statedir reads /proc and the cgroup files as ASCII, and that codec's
+# module is otherwise imported at its first use (CPython 3.11), on that thread: hence the import
+# of encodings.ascii above. tests/unit/test_blackbox_thread.py checks that the thread imports nothing.
 
 
 def budget_bytes(environ: Mapping[str, str] = os.environ) -> int:
@@ -81,13 +87,14 @@ def budget_bytes(environ: Mapping[str, str] = os.environ) -> int:
     return int(value * 1024 * 1024) if 0 < value <= 1024 * 1024 else BUDGET_BYTES
 
 
-def start(*, pid: int, started_at: float, how: str) -> BlackBox | None:
+def start(*, pid: int, started_at: float, how: str,
+          warn: Callable[[str], None] | None = None) -> BlackBox | None:
     """The black box of this process, started; None when LOADERTOP_BLACKBOX=0. Called on the
     training thread at the publisher's start: no I/O here (the thread does it)."""
     if not statedir.blackbox_enabled():
         return None
     box = BlackBox(statedir.state_dir(), pid=pid, started_at=started_at, how=how,
-                   budget=budget_bytes())
+                   budget=budget_bytes(), warn=warn)
     box.start()
     return box
 
@@ -109,7 +116,7 @@ class _Segment:
 
 class BlackBox:
     def __init__(self, directory: Path, *, pid: int, started_at: float, how: str,
-                 budget: int = BUDGET_BYTES) -> None:
+                 budget: int = BUDGET_BYTES, warn: Callable[[str], None] | None = None) -> None:
         self.directory = directory
         self.pid = pid
         self.started_at = started_at
@@ -138,6 +145,8 @@ class BlackBox:
         self.every_s = DECIMATE_S
         self._kept_at: dict[str, float] = {}  # source (or "system") -> when the run file kept one
         self.warning: str | None = None
+        # The publisher's warn_once: the shim says one line at most, whatever went wrong first.
+        self._warn = warn or _print_warning
 
     # ------------------------------------------------------------ the publisher's side
     def start(self) -> None:
@@ -301,14 +310,18 @@ class BlackBox:
         reason = getattr(exc, "strerror", None) or str(exc) or type(exc).__name__
         self.warning = f"the black box is off: cannot write to {self.directory} ({reason}); " \
                        "training continues"
-        try:
-            print(f"loadertop: {self.warning}", file=sys.stderr, flush=True)
-        except Exception:
-            pass
+        self._warn(self.warning)
         for segment in (self._current, self._run):
             if segment is not None:
                 segment.writer.abandon()
         self._finished.set()
+
+
+def _print_warning(message: str) -> None:
+    try:
+        print(f"loadertop: {message}", file=sys.stderr, flush=True)
+    except Exception:
+        pass
 
 
 def _notable(msg: wire.LoaderReport) -> bool:

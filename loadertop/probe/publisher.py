@@ -314,7 +314,8 @@ class Publisher:
         try:
             from loadertop.probe import blackbox
 
-            self.blackbox = blackbox.start(pid=self.pid, started_at=self.started_at, how=self.how)
+            self.blackbox = blackbox.start(pid=self.pid, started_at=self.started_at, how=self.how,
+                                           warn=warn_once)
         except Exception as exc:  # the shim degrades silently: training must go on
             self.blackbox = None
             warn_once(f"the black box is off: {exc!r}")

@@ -106,7 +106,7 @@ def test_an_uncaught_exception_names_the_users_innermost_frame(monkeypatch):
     assert ended.kind == "exception" and ended.exc_type == "JSONDecodeError"
     assert ended.message and ended.message.startswith("Expecting property name")
     assert ended.frame is not None and ended.frame.endswith("in users_step")
-    assert "test_blackbox.py:" in ended.frame
+    assert "test_blackbox_thread.py:" in ended.frame
     monkeypatch.setattr(sys, "last_value", SystemExit(3), raising=False)
     assert blackbox.how_it_ended().kind == "finished"
 
@@ -127,3 +127,37 @@ def test_a_state_dir_it_cannot_use_turns_it_off_with_one_line(tmp_path, capsys):
                                            ("x", blackbox.BUDGET_BYTES), ("-1", blackbox.BUDGET_BYTES)])
 def test_the_budget_can_be_set_in_mib(raw, expected):
     assert blackbox.budget_bytes({"LOADERTOP_BLACKBOX_MIB": raw}) == expected
+
+
+def test_the_thread_imports_nothing(tmp_path, capsys):
+    """A fork while another thread imports leaves the import lock held in the child: everything the
+    black box's thread runs (its start, writes, rotation, thinning, end and failure) must already
+    be imported by the module itself."""
+    code = f"""
+import os, sys
+from pathlib import Path
+sys.path.insert(0, {str(Path(__file__).parent.parent)!r})
+from loadertop import wire
+from loadertop.probe import blackbox
+from fakes import loader_report, system_report
+box = blackbox.BlackBox(Path({str(tmp_path / "state")!r}), pid=os.getpid(), started_at=1.7e9,
+                        how="run", budget=20000)
+messages = [loader_report(seq=i, sent_at=1.7e9 + i) for i in range(3000)] + [system_report()]
+before = set(sys.modules)
+box._open()
+for i, m in enumerate(messages):
+    box._queue.append((1.7e9 + i * 0.25, wire.encode(m), m))
+    if i % 8 == 0:
+        box._write_queued()
+        box._flush()
+box._ended = blackbox.how_it_ended()
+box._close()
+box._fail(OSError(28, "No space left on device"))
+print(sorted(set(sys.modules) - before))
+"""
+    import subprocess
+
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                         env=env, check=True).stdout
+    assert out.strip() == "[]"
