@@ -55,7 +55,8 @@ def describe(job: statedir.Job, now: float) -> dict[str, object]:
 
     alive = job.alive()
     try:
-        recording: Recording | None = blackbox.read_job(job)
+        # The end of the run is what is judged here: its last minutes, kept in full.
+        recording: Recording | None = blackbox.read_job(job, recent_only=True)
     except blackbox.JobError:
         recording = None
     ending = blackbox.ending_of(job, recording, alive=alive)

@@ -96,15 +96,24 @@ class JobRecording(Recording):
     job: statedir.Job | None = field(default=None)
 
 
-def read_job(job: statedir.Job) -> JobRecording:
+#: The probe names the segments that hold its last minutes in full so (probe/blackbox.py): what
+#: needs only the end of a run (the worst finding, the last memory) reads just those.
+RECENT_MARK = "-recent-"
+
+
+def read_job(job: statedir.Job, *, recent_only: bool = False) -> JobRecording:
     """All of `job`'s segments as one recording, frames in receive order. Raises JobError when
     none of them can be read. A segment's notes (a torn tail: the process was killed mid-write)
-    are kept, named by segment."""
+    are kept, named by segment. `recent_only`: only the segments of the last minutes in full, where
+    it has them (not the whole run's decimated one, most of the bytes of a long run)."""
     merged: JobRecording | None = None
     seen: set[tuple[float, bytes]] = set()
     frames: list[Frame] = []
     errors: list[str] = []
-    for path in job.recordings:
+    paths = job.recordings
+    if recent_only:
+        paths = tuple(p for p in paths if RECENT_MARK in p.name) or paths
+    for path in paths:
         try:
             segment = read(str(path))
         except RecordingError as exc:
@@ -353,7 +362,7 @@ def last_ended_line(now: float | None = None) -> str | None:
     recording = None
     if job.meta.ended is None:  # the figures only matter to tell an OOM kill
         try:
-            recording = read_job(job)
+            recording = read_job(job, recent_only=True)
         except JobError:
             recording = None
     ending = ending_of(job, recording, alive=False)
@@ -386,7 +395,7 @@ def death_of(pid: int, host: str) -> str | None:
         recording = None
         if job.meta.ended is None:
             try:
-                recording = read_job(job)
+                recording = read_job(job, recent_only=True)
             except JobError:
                 recording = None
         return ending_of(job, recording, alive=False).sentence(pid)

@@ -399,3 +399,16 @@ def test_a_snapshot_whose_trainer_died_before_it_delivered_says_how(state, tmp_p
         assert sub.silent_deaths() == ["pid 41234 ended: exception: MemoryError"]
     finally:
         sub.close()
+
+
+def test_the_end_of_a_run_is_read_from_its_recent_segments_alone(state):
+    job = make_job(state, segments=2, seconds=10)
+    first, second = job.recordings
+    first.rename(first.with_name(f"{job.stem}.1-run{statedir.RECORDING_SUFFIX}"))
+    second.rename(second.with_name(f"{job.stem}.1-recent-00001{statedir.RECORDING_SUFFIX}"))
+    job = statedir.find_job(str(job.pid), state)
+    assert job is not None
+    whole = blackbox.read_job(job)
+    recent = blackbox.read_job(job, recent_only=True)
+    assert recent.frames == [f for f in whole.frames if f.received_at >= recent.frames[0].received_at]
+    assert recent.duration_s == pytest.approx(10, abs=0.3) and whole.duration_s == pytest.approx(20, abs=0.3)
