@@ -100,14 +100,19 @@ def start(*, pid: int, started_at: float, how: str,
 
 
 class _Segment:
-    """One open recording file."""
+    """One open recording file. Made under a hidden name and renamed once its header is written:
+    a reader listing the directory never finds a segment without its header."""
 
     __slots__ = ("path", "writer", "opened_at")
 
     def __init__(self, path: Path, argv: list[str]) -> None:
         self.path = path
-        self.writer = recfile.RecordingWriter(str(path), argv=argv, mode=0o600,
+        hidden = path.with_name(f".{path.name}.new")
+        _unlink(hidden)  # one left by a process killed at this very point (its pid was reused)
+        self.writer = recfile.RecordingWriter(str(hidden), argv=argv, mode=0o600,
                                               clock=time.monotonic)
+        os.replace(hidden, path)
+        self.writer.path = str(path)
         self.opened_at = time.monotonic()
 
     def size(self) -> int:
@@ -272,7 +277,6 @@ class BlackBox:
         run.writer.flush()
         self.every_s *= 2
         tmp = self.directory / f".{run.path.name}.thin"
-        _unlink(tmp)
         thinned = _Segment(tmp, self._argv)
         kept: dict[str, float] = {}
         for frame in recfile.iter_frames(str(run.path)):
@@ -291,6 +295,7 @@ class BlackBox:
         thinned.writer.flush()
         os.replace(tmp, run.path)  # the open file descriptor follows the file
         thinned.path = run.path
+        thinned.writer.path = str(run.path)
         run.writer.abandon()  # its file is gone from the directory
         self._run = thinned
 
