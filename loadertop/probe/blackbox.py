@@ -100,14 +100,19 @@ def start(*, pid: int, started_at: float, how: str,
 
 
 class _Segment:
-    """One open recording file."""
+    """One open recording file. Made under a hidden name and renamed once its header is written:
+    a reader listing the directory never finds a segment without its header."""
 
     __slots__ = ("path", "writer", "opened_at")
 
     def __init__(self, path: Path, argv: list[str]) -> None:
         self.path = path
-        self.writer = recfile.RecordingWriter(str(path), argv=argv, mode=0o600,
+        hidden = path.with_name(f".{path.name}.new")
+        _unlink(hidden)  # one left by a process killed at this very point (its pid was reused)
+        self.writer = recfile.RecordingWriter(str(hidden), argv=argv, mode=0o600,
                                               clock=time.monotonic)
+        os.replace(hidden, path)
+        self.writer.path = str(path)
         self.opened_at = time.monotonic()
 
     def size(self) -> int:
@@ -143,6 +148,9 @@ class BlackBox:
         self._recent_cap = max(4096, int(budget * RECENT_SHARE / (RECENT_SEGMENTS + 1)))
         self._run_cap = max(8192, budget - self._recent_cap * (RECENT_SEGMENTS + 1))
         self.every_s = DECIMATE_S
+        self.notable_s = NOTABLE_S
+        self.thinnings = 0
+        self._thin_at = self._run_cap
         self._kept_at: dict[str, float] = {}  # source (or "system") -> when the run file kept one
         self.warning: str | None = None
         # The publisher's warn_once: the shim says one line at most, whatever went wrong first.
@@ -235,7 +243,7 @@ class BlackBox:
             key = msg.source
             since = at - self._kept_at.get(key, float("-inf"))
             if _notable(msg):
-                due = since >= min(self.every_s, NOTABLE_S)
+                due = since >= min(self.every_s, self.notable_s)
             elif msg.resources is not None:
                 due = since >= self.every_s
             else:  # wait a little for one that carries the slow readings: the memory trends
@@ -261,18 +269,20 @@ class BlackBox:
             self._current = self._new_recent()
             while len(self._recent) > RECENT_SEGMENTS:
                 _unlink(self._recent.pop(0))
-        if run.size() > self._run_cap:
+        if run.size() > self._thin_at:
             self._thin_run()
 
     def _thin_run(self) -> None:
         """The run's file outgrew its share: keep every other report of it, and from now on keep
-        half as many (`every_s` doubles)."""
+        half as many (`every_s` and `notable_s` double: a hang of hours, whose every report
+        carries a stack, is thinned too)."""
         run = self._run
         assert run is not None
         run.writer.flush()
         self.every_s *= 2
+        self.notable_s *= 2
+        self.thinnings += 1
         tmp = self.directory / f".{run.path.name}.thin"
-        _unlink(tmp)
         thinned = _Segment(tmp, self._argv)
         kept: dict[str, float] = {}
         for frame in recfile.iter_frames(str(run.path)):
@@ -283,16 +293,21 @@ class BlackBox:
             key = msg.source if isinstance(msg, wire.LoaderReport) else \
                 "system" if isinstance(msg, wire.SystemReport) else None
             if key is not None:
-                if frame.received_at - kept.get(key, 0.0) < self.every_s and not \
-                        (isinstance(msg, wire.LoaderReport) and _notable(msg)):
+                every = self.notable_s if isinstance(msg, wire.LoaderReport) and _notable(msg) \
+                    else self.every_s
+                if frame.received_at - kept.get(key, float("-inf")) < every:
                     continue
                 kept[key] = frame.received_at
             thinned.writer.add(frame.frame, frame.received_at, frame.endpoint)
         thinned.writer.flush()
         os.replace(tmp, run.path)  # the open file descriptor follows the file
         thinned.path = run.path
+        thinned.writer.path = str(run.path)
         run.writer.abandon()  # its file is gone from the directory
         self._run = thinned
+        # Thinned again only once it has grown by a quarter of its share: never at every flush,
+        # whatever the thinning could not remove.
+        self._thin_at = max(self._run_cap, thinned.size() + self._run_cap // 4)
 
     def _close(self) -> None:
         self.on = False

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from loadertop import statedir, wire
-from loadertop.recording.file import read
+from loadertop.recording.file import RecordingError, read
 
 from conftest import REPO, START_TIMEOUT_S, short_tmpdir, wait_for
 
@@ -130,7 +130,10 @@ def test_a_job_killed_mid_write_is_read_up_to_its_last_whole_frame(workload, lt_
         jobs = [j for j in statedir.list_jobs(state).jobs if j.meta.pid == w.pid]
         if jobs and jobs[0].recordings:
             recent = [p for p in jobs[0].recordings if "-recent-" in p.name]
-            return recent and len(read(str(recent[-1])).frames) >= 8 and recent[-1]
+            try:  # a segment is renamed into place with its header: always a recording
+                return recent and len(read(str(recent[-1])).frames) >= 8 and recent[-1]
+            except RecordingError as exc:
+                raise AssertionError(f"a segment without its header: {exc}") from None
         return None
 
     segment = wait_for(some_frames, START_TIMEOUT_S, "the black box's first flushes")

@@ -161,3 +161,28 @@ print(sorted(set(sys.modules) - before))
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
                          env=env, check=True).stdout
     assert out.strip() == "[]"
+
+
+def test_a_hang_of_hours_is_thinned_too_and_never_at_every_flush(tmp_path):
+    """Every report of a hung loop carries its stack (notable: kept more often); the run's file
+    still stays in its share, and a thinning is not repeated at each flush."""
+    budget = 64 * 1024
+    box = _box(tmp_path, budget)
+    t0 = 1_700_000_000.0
+    stack = wire.Stack(frames=("train.py:10 in main", "lt_data.py:91 in hang_forever"), user_frame=0)
+    flushes = 0
+    for i in range(6 * 3600 * 4):  # six hours
+        at = t0 + i * 0.25
+        msg = loader_report(seq=i, sent_at=at, loop_stack=stack, blocked_ms=i * 250.0)
+        box._queue.append((at, wire.encode(msg), msg))
+        if i % 8 == 7:
+            box._write_queued()
+            box._flush()
+            flushes += 1
+    box._write_queued()
+    box._flush()
+    total = sum(p.stat().st_size for p in tmp_path.iterdir())
+    assert total <= budget + 2 * 4096 + budget // 4, total
+    assert 1 <= box.thinnings <= 12, (box.thinnings, flushes)
+    reports = [wire.decode(f.frame) for f in _frames(tmp_path)]
+    assert reports[0].sent_at - t0 < 3600 and reports[-1].loop_stack is not None
