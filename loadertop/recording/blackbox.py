@@ -224,7 +224,10 @@ def ending_of(job: statedir.Job, recording: Recording | None = None, *,
     when the OOM-kill counters cannot tell; `alive`: whether its process runs, when the caller
     has just looked."""
     ended = job.meta.ended
-    if ended is not None:
+    # `loadertop run`'s launcher records a SIGKILL it saw as a signal: who sent it is still the
+    # question the OOM-kill counters and the last memory answer, as for a job nobody saw end.
+    killed = ended is not None and ended.kind == "signal" and ended.signal == "SIGKILL"
+    if ended is not None and not killed:
         if ended.kind == "exception":
             text = f"exception: {ended.exc_type or 'Exception'}"
             if ended.message:
@@ -236,9 +239,11 @@ def ending_of(job: statedir.Job, recording: Recording | None = None, *,
         if ended.exit_code:
             text += f" (exit code {ended.exit_code})"
         return Ending("finished", text, at=ended.at)
-    if job.alive() if alive is None else alive:
+    if not killed and (job.alive() if alive is None else alive):
         return Ending("running", "running")
     at = recording.end if recording is not None and recording.frames else None
+    if killed and ended is not None:
+        at = ended.at
     for cgroup in job.meta.cgroups:
         before = cgroup.oom_kills
         now = statedir.oom_kills(cgroup.path, job.meta.cgroup_version)

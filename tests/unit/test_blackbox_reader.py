@@ -136,6 +136,18 @@ def test_the_cgroups_oom_kill_counter_risen_names_the_oom_killer(state, tmp_path
                                         "killer — its cgroup's limit 1.1 GiB was reached")
 
 
+def test_a_sigkill_seen_by_run_s_launcher_is_still_judged_by_the_oom_evidence(state, tmp_path):
+    # `loadertop run` saw its child die of SIGKILL: whether the OOM killer sent it is the question.
+    path = fake_cgroup(tmp_path, 3)
+    ended = statedir.Ended(kind="signal", at=T0, signal="SIGKILL", recorded_by="launcher")
+    job = make_job(state, ended=ended,
+                   cgroups=[statedir.CgroupAtStart(path=path, limit_bytes=round(1.1 * GIB), oom_kills=2)])
+    assert blackbox.ending_of(job).text == ("killed: SIGKILL (OOM killer: its cgroup's limit 1.1 GiB "
+                                            "was reached)")
+    job = make_job(state, pid=41235, ended=ended)
+    assert blackbox.ending_of(job, blackbox.read_job(job)).text == "killed: unknown cause"
+
+
 def test_the_last_memory_near_the_limit_makes_the_oom_killer_likely(state, tmp_path):
     # The cgroup gone since (its counter unreadable): the last figures decide.
     gone = str(tmp_path / "no-such-cgroup")
