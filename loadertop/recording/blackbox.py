@@ -337,8 +337,11 @@ def _one_line(text: str, limit: int = 200) -> str:
 
 
 def command_of(job: statedir.Job, limit: int = 60) -> str:
-    """The job's command line, shortened to `limit` characters."""
-    text = " ".join(job.meta.argv) or "?"
+    """The job's command line on one line, shortened to `limit` characters: a run of whitespace
+    (a `python -c` program's newlines) is one space, another unprintable character a "?" (the meta
+    file is not trusted to write to a terminal)."""
+    text = " ".join(" ".join(job.meta.argv).split())
+    text = "".join(c if c.isprintable() else "?" for c in text) or "?"
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 

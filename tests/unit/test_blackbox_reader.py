@@ -424,3 +424,8 @@ def test_the_end_of_a_run_is_read_from_its_recent_segments_alone(state):
     recent = blackbox.read_job(job, recent_only=True)
     assert recent.frames == [f for f in whole.frames if f.received_at >= recent.frames[0].received_at]
     assert recent.duration_s == pytest.approx(10, abs=0.3) and whole.duration_s == pytest.approx(20, abs=0.3)
+
+
+def test_a_command_is_said_on_one_line_and_never_as_terminal_controls(state):
+    job = make_job(state, argv=("python", "-c", "import torch\nfor b in dl:\n    pass", "\x1b[2Jx"))
+    assert blackbox.command_of(job) == "python -c import torch for b in dl: pass ?[2Jx"
