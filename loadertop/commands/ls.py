@@ -105,6 +105,7 @@ def run(args: argparse.Namespace) -> int:
 
 def render(rows: list[dict[str, object]], directory: str) -> str:
     from loadertop.client.units import fmt_duration
+    from loadertop.recording.blackbox import printable
 
     table: list[tuple[str, ...]] = [("PID", "STARTED", "DURATION", "ENDED", "WORST FINDING", "COMMAND")]
     for row in rows:
@@ -115,9 +116,9 @@ def render(rows: list[dict[str, object]], directory: str) -> str:
             str(row["pid"]),
             time.strftime("%Y-%m-%d %H:%M", time.localtime(started)) if isinstance(started, float) else "?",
             fmt_duration(duration) if isinstance(duration, float) else "–",
-            _clip(str(row["ended"]), 60),
+            _clip(printable(str(row["ended"])), 60),
             str(worst["kind"]) if isinstance(worst, dict) else "–",
-            _clip(str(row["command"]), 50),
+            _clip(printable(str(row["command"])), 50),
         ))
     return (column_text(table)
             + f"\nrecordings in {directory}; open one: loadertop snapshot --from PID (or last), "

@@ -336,12 +336,16 @@ def _one_line(text: str, limit: int = 200) -> str:
 # ---- what `ls` and the no-job messages say --------------------------------------------------
 
 
+def printable(text: str) -> str:
+    """`text` on one line: a run of whitespace as one space, another unprintable character as "?"."""
+    return "".join(c if c.isprintable() else "?" for c in " ".join(text.split()))
+
+
 def command_of(job: statedir.Job, limit: int = 60) -> str:
     """The job's command line on one line, shortened to `limit` characters: a run of whitespace
     (a `python -c` program's newlines) is one space, another unprintable character a "?" (the meta
     file is not trusted to write to a terminal)."""
-    text = " ".join(" ".join(job.meta.argv).split())
-    text = "".join(c if c.isprintable() else "?" for c in text) or "?"
+    text = printable(" ".join(job.meta.argv)) or "?"
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
