@@ -450,11 +450,12 @@ def postmortem_lines(recording: JobRecording, playback: Playback) -> list[str]:
         if t >= playback.end:
             break
         t = min(playback.end, t + LAST_MINUTES_STEP_S)
-    minutes = min(LAST_MINUTES_S, playback.end - playback.start) / 60
+    span = min(LAST_MINUTES_S, playback.end - playback.start)
+    last = f"its last {span / 60:.0f} min" if span >= 90 else f"its last {fmt_duration(span)}"
     if not seen:
-        lines.append(f"  no finding in its last {minutes:.0f} min")
+        lines.append(f"  no finding in {last}")
         return lines
-    lines.append(f"  findings of its last {max(minutes, 1):.0f} min:")
+    lines.append(f"  findings of {last}:")
     for finding in finding_rules.ordered(seen.values()):
         worker = f" (worker {finding.worker})" if finding.worker is not None else ""
         lines.append(f"  - {finding.severity} {finding.kind}{worker}: {finding.summary}")
