@@ -166,7 +166,12 @@ def last_job_note(sub: Subscriber, clock: Callable[[], float] | None = None) -> 
             return None
         if now() - looked_at >= LAST_JOB_RECHECK_S:
             ended = last_ended_line()
-            line = f"no instrumented process running; {ended}" if ended else None
+            if ended:  # two lines, so how it ended and the command that opens it fit 80 columns
+                who, _, how = ended.partition(" ago: ")
+                line = (f"no instrumented process running; {who} ago:\n  {how}" if how
+                        else f"no instrumented process running; {ended}")
+            else:
+                line = None
             looked_at = now()
         return line
 
