@@ -376,7 +376,7 @@ def test_the_screen_with_no_process_names_the_last_ended_job_in_its_header(state
     clock[0] += LAST_JOB_RECHECK_S
     said = note()
     assert said is not None and said.startswith("no instrumented process running; the last job, pid 51 ")
-    assert said.endswith(": finished — loadertop snapshot --from last")
+    assert said.endswith(" ago:\n  finished — loadertop snapshot --from last")
     Sub.model.sources = {"h:51:train": object()}
     assert note() is None  # a source shows: the screen is about it
 
