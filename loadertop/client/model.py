@@ -11,6 +11,10 @@ steps the verdict stabilizer (whose persistence counts refreshes), then builds t
 snapshot`, `--once` and the TUI all read that document, so a figure means the same everywhere.
 
 No torch, no zmq, no textual: messages come in already decoded by `loadertop.wire`.
+
+Longer than this package's other modules (~600 lines) on purpose: every figure a view shows is
+computed here once, from one window, so that the TUI, the snapshot, the report and the exporter
+cannot disagree; split across files, the window's walk and the figures it feeds would drift apart.
 """
 
 from __future__ import annotations

@@ -14,9 +14,17 @@ is a sample tick); queues are sampled in proportion to the batch rate; the worke
 read in bulk before each report instead of waking the thread once per batch; and the only
 wake-up off the grid is a viewer subscribing.
 
-Queue samples and the machine's figures are taken only while a viewer is subscribed: they go
-into reports nobody else reads. A report covers REPORT_S, and the viewer's window 3 s, so from
-its first refresh on a new viewer sees the same figures as if they had been taken all along.
+Queue samples are taken only while a viewer is subscribed, and the machine's figures every
+SLOW_S only then: they go into reports nobody else reads. A report covers REPORT_S, and the
+viewer's window 3 s, so from its first refresh on a new viewer sees the same figures as if they had
+been taken all along. The black box (probe/blackbox.py, docs/contract.md §9) is the exception: it
+records every report, so with it on the thread takes, with no viewer, what the findings need
+(worker liveness, RSS, USS at its CPU share, hang stacks) and the machine's figures every
+BLACKBOX_SYSTEM_S.
+
+Longer than this package's other modules (~600 lines) on purpose: the thread's loop is one
+schedule, and its pieces (the grid, the due ticks, what each tick samples) read together; the
+timetable's arithmetic is in cadence.py and the black box's writing in blackbox.py.
 """
 
 from __future__ import annotations
