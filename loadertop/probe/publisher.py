@@ -53,7 +53,7 @@ from loadertop.probe.cadence import (
 )
 from loadertop.probe.inbox import WorkerInbox
 from loadertop.probe.record import LoaderRecord
-from loadertop.probe.resources import RESOURCE_S, ResourceSampler
+from loadertop.probe.resources import RESOURCE_S, USS_CPU_SHARE_RECORDED, ResourceSampler
 
 if TYPE_CHECKING:
     from types import FrameType, ModuleType
@@ -337,6 +337,8 @@ class Publisher:
 
             self.blackbox = blackbox.start(pid=self.pid, started_at=self.started_at, how=self.how,
                                            warn=warn_once)
+            # USS more often than a viewer alone needs: the trends are read back later (§9).
+            self._resources.set_cpu_share(USS_CPU_SHARE_RECORDED)
         except Exception as exc:  # the shim degrades silently: training must go on
             self.blackbox = None
             warn_once(f"the black box is off: {exc!r}")
