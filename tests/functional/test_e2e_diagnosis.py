@@ -13,6 +13,9 @@ workload disturbs another's verdict on a 2-core machine:
 4. four CPU-burning workers plus a busy loop (cpu_saturated), alone, so that the saturation is
    its own doing.
 
+The two stalled jobs (exit, hang) use no CPU once stalled: they start before the first group and
+stall while its jobs reach steady state, and are snapshotted with their own group.
+
 Two of them are then followed by an experiment (issue 15; the main-process and store cases are
 in `test_advice_experiments.py`): the advice is read, the same job runs again,
 alone, with the setting it implies, and the throughput the loop itself measured (train.py's
@@ -47,7 +50,7 @@ WORKLOADS = {
     "io": ("--kind", "sleep", "--ms", 5, "--workers", 2, "--batch-size", 4),
     "compute": ("--kind", "cheap", "--workers", 2, "--batch-size", 4, "--step-ms", 50),
     "exit": ("--kind", "exit", "--exit-code", 3, "--workers", 2, "--batch-size", 2, "--after", 10,
-             "--idle-after-error", 60),
+             "--idle-after-error", 120),  # alive until killed: it is started early
     # the job of issue 15: 6 ms of CPU an item, batch 8, a 3 ms step (1 worker measured 19.8
     # batches/s, 2 workers 38.2 with plain torch)
     "cpu": ("--kind", "cpu", "--ms", 6, "--workers", 1, "--batch-size", 8, "--step-ms", 3),
@@ -58,6 +61,7 @@ WORKLOADS = {
                   "--busy-step-ms", 5),
 }
 GROUPS = (("io", "compute"), ("cpu", "exit"), ("main", "hang"), ("saturated",))
+STALLED_EARLY = ("exit", "hang")  # started with the first group, snapshotted with their own
 EXPECTED = {"io": "input_bound_io", "compute": "compute_bound", "exit": "stalled",
             "cpu": "input_bound_cpu", "hang": "stalled", "main": "main_process_bound",
             "saturated": "cpu_saturated"}
@@ -92,30 +96,46 @@ def _take_snapshots(group_workloads: dict, extra_wait: dict) -> dict:
 @pytest.fixture(scope="module")
 def verdicts():
     results: dict = {}
-    for group in GROUPS:
-        pool = WorkloadPool()
-        try:
-            wls = {name: pool(*WORKLOADS[name], "--duration", 120) for name in group}
-            for wl in wls.values():
-                wl.wait_discovery()
-            extra_wait = {}
-            for name, wl in wls.items():
-                if name == "exit":
-                    wl.wait_status(lambda st: st["phase"] == "error", what="the worker's exit")
-                elif name == "hang":
-                    wl.wait_batches(10)
-                    # blocked since the 10th batch: snapshot once that is >= 3 s old, so the
-                    # document (3 s later) sees a loop blocked > STALL_MIN_MS = 5 s
-                    extra_wait[name] = lambda wl=wl: wl.status()["last_batch_at"] + 3.0
-                else:
-                    wl.wait_batches(STEADY_BATCHES)
-            steady_at = time.monotonic()
-            snaps = _take_snapshots(wls, extra_wait)
-            for name, wl in wls.items():
-                results[name] = {"snaps": snaps[name], "workload": wl, "status": wl.status(),
-                                 "pids": wl.worker_pids(), "steady_after_s": time.monotonic() - steady_at}
-        finally:
-            pool.close()
+    # The stalled jobs use no CPU once stalled: started before the first group, they reach their
+    # state while its jobs reach steady state, instead of each making its own group wait for it.
+    early = WorkloadPool()
+    try:
+        stalled = {name: early(*WORKLOADS[name], "--duration", 120) for name in STALLED_EARLY}
+        for wl in stalled.values():
+            wl.wait_discovery()
+        for group in GROUPS:
+            pool = WorkloadPool()
+            try:
+                wls = {name: stalled[name] if name in stalled else
+                       pool(*WORKLOADS[name], "--duration", 120) for name in group}
+                for wl in wls.values():
+                    wl.wait_discovery()
+                extra_wait = {}
+                for name, wl in wls.items():
+                    if name == "exit":
+                        wl.wait_status(lambda st: st["phase"] == "error", what="the worker's exit")
+                    elif name == "hang":
+                        wl.wait_batches(10)
+                        # blocked since the 10th batch: snapshot once that is >= 3 s old, so the
+                        # document (3 s later) sees a loop blocked > STALL_MIN_MS = 5 s
+                        extra_wait[name] = lambda wl=wl: wl.status()["last_batch_at"] + 3.0
+                    else:
+                        wl.wait_batches(STEADY_BATCHES)
+                # the early jobs stalled before the first group's snapshots: idle while any is taken
+                if group is GROUPS[0]:
+                    stalled["exit"].wait_status(lambda st: st["phase"] == "error",
+                                                what="the worker's exit")
+                    stalled["hang"].wait_batches(10)
+                steady_at = time.monotonic()
+                snaps = _take_snapshots(wls, extra_wait)
+                for name, wl in wls.items():
+                    results[name] = {"snaps": snaps[name], "workload": wl, "status": wl.status(),
+                                     "pids": wl.worker_pids(),
+                                     "steady_after_s": time.monotonic() - steady_at}
+            finally:
+                pool.close()
+    finally:
+        early.close()
     return results
 
 
