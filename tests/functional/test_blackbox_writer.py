@@ -174,10 +174,16 @@ def test_a_hang_nobody_watched_leaves_the_loops_and_the_workers_stacks(workload,
 
 
 RUN_CHILD = textwrap.dedent("""
-    import os, signal, torch
+    import glob, os, signal, time, torch
     from torch.utils.data import DataLoader, TensorDataset
     for i, batch in enumerate(DataLoader(TensorDataset(torch.arange(64.0)), batch_size=4)):
         if i == 8:
+            # The black box's thread writes the job's meta soon after the first loader starts;
+            # under load that may be after batch 8: die only once it is there to be completed.
+            pattern = os.path.join(os.environ["LOADERTOP_STATE_DIR"], f"*-{os.getpid()}.job.json")
+            deadline = time.monotonic() + 60
+            while not glob.glob(pattern) and time.monotonic() < deadline:
+                time.sleep(0.01)
             os.kill(os.getpid(), signal.SIGABRT)  # its default action: no atexit, no goodbye
 """)
 
