@@ -13,7 +13,7 @@ import sys
 
 # `loadertop NAME ...` runs loadertop.commands.NAME; anything else is the viewer's arguments.
 COMMANDS = ("snapshot", "run", "attach", "tune", "record", "replay", "report", "export", "demo",
-            "keys")
+            "keys", "ls")
 DEFAULT_COMMAND = "view"  # `loadertop [ENDPOINT ...]`: the live viewer; its --help lists COMMANDS
 
 

@@ -17,6 +17,7 @@ LOADERTOP_CURVE_SECRET = "LOADERTOP_CURVE_SECRET"  # the trainer's CurveZMQ secr
 LOADERTOP_AUTHORIZED_KEYS = "LOADERTOP_AUTHORIZED_KEYS"  # directory of the viewers' public keys
 LOADERTOP_SHM_PATH = "LOADERTOP_SHM_PATH"  # the file system shm_low watches (default /dev/shm)
 LOADERTOP_RESOURCE_S = "LOADERTOP_RESOURCE_S"  # test hook: slow readings every S s (probe.resources)
+LOADERTOP_BLACKBOX_MIB = "LOADERTOP_BLACKBOX_MIB"  # the black box's budget per process, in MiB
 
 # ---- set by `loadertop run` for the programs below it (internal)
 LOADERTOP_RUN = "LOADERTOP_RUN"  # "1": the start-up hook instruments DataLoaders
@@ -36,7 +37,7 @@ RANK_VARIABLES = (RANK, LOCAL_RANK, SLURM_PROCID)  # a source's rank: the first 
 LOADERTOP_VARIABLES = (LOADERTOP_DISABLE, LOADERTOP_DIR, LOADERTOP_ENDPOINT, LOADERTOP_CURVE_SECRET,
                        LOADERTOP_AUTHORIZED_KEYS, LOADERTOP_RUN, LOADERTOP_RUN_WARNED,
                        LOADERTOP_RUN_PORT_BASE, LOADERTOP_SHM_PATH, LOADERTOP_RESOURCE_S,
-                       LOADERTOP_TUNE_NUM_WORKERS)
+                       LOADERTOP_TUNE_NUM_WORKERS, LOADERTOP_BLACKBOX_MIB)
 
 
 def disabled(environ: Mapping[str, str] = os.environ) -> bool:

@@ -67,11 +67,22 @@ def kill_group(proc: subprocess.Popen) -> None:
         pass
 
 
+def state_dir_of(directory: Path | str) -> Path:
+    """The black boxes' state directory of the jobs of discovery directory `directory`: in it,
+    named as the tests' own files there are ("w…", as a Workload's work directory: what a job
+    leaves in its discovery directory is checked without them), so it goes when it goes."""
+    return Path(directory) / "w-state"
+
+
 def clean_env(directory: Path | str, **extra: str) -> dict:
     env = os.environ.copy()
     for var in ("LOADERTOP_ENDPOINT", "LOADERTOP_DISABLE", "PYTHONPROFILEIMPORTTIME"):
         env.pop(var, None)
     env["LOADERTOP_DIR"] = str(directory)
+    # The jobs and viewers of one discovery directory share a state directory of their own: a
+    # viewer with no live job names the last ended one (docs/contract.md §9), so another test's
+    # jobs must not be in it.
+    env["LOADERTOP_STATE_DIR"] = str(state_dir_of(directory))
     env["PYTHONUNBUFFERED"] = "1"
     env.update(extra)
     return env
@@ -132,13 +143,21 @@ def pytest_collection_modifyitems(config, items) -> None:
 @pytest.fixture(scope="session", autouse=True)
 def _session_loadertop_dir():
     """The in-process publisher (transparency tests) is a per-process singleton that keeps the
-    directory it was created with: give the whole pytest process one private, short one."""
+    directory it was created with: give the whole pytest process one private, short one. The
+    black boxes of every job the tests start go to a private state directory too, never the
+    user's (a test that reads them sets LOADERTOP_STATE_DIR of its own)."""
     directory = short_tmpdir()
-    saved = {v: os.environ.get(v) for v in ("LOADERTOP_DIR", "LOADERTOP_ENDPOINT", "LOADERTOP_DISABLE")}
+    saved = {v: os.environ.get(v) for v in ("LOADERTOP_DIR", "LOADERTOP_ENDPOINT", "LOADERTOP_DISABLE",
+                                            "LOADERTOP_STATE_DIR")}
     os.environ["LOADERTOP_DIR"] = str(directory)
+    os.environ["LOADERTOP_STATE_DIR"] = str(directory / "state")
     os.environ.pop("LOADERTOP_ENDPOINT", None)
     os.environ.pop("LOADERTOP_DISABLE", None)
     yield directory
+    from loadertop.probe import publisher  # this process's own black box ends before its directory
+
+    if publisher._publisher is not None and publisher._publisher.blackbox is not None:
+        publisher._publisher.blackbox.finish()
     for var, value in saved.items():
         if value is None:
             os.environ.pop(var, None)

@@ -190,10 +190,12 @@ class SettingFigures(_Figures, frozen=True, kw_only=True):
 
 
 class EndFigures(_Figures, frozen=True, kw_only=True):
-    """How the loop ended: `finished` (the process said goodbye, no error) or `crashed` (an
-    exception other than StopIteration left next(): `error` is `"Type: message"`)."""
+    """How the loop ended: `finished` (the process said goodbye, no error), `crashed` (an
+    exception other than StopIteration left next(): `error` is `"Type: message"`) or `died` (the
+    process is gone without a goodbye, e.g. SIGKILL: `error` says how, as far as its black box
+    and its cgroup tell; `at` is its last report)."""
 
-    how: Literal["finished", "crashed"]
+    how: Literal["finished", "crashed", "died"]
     error: str | None
     at: NonNegative | None  # Unix time
 

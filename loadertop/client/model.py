@@ -11,6 +11,10 @@ steps the verdict stabilizer (whose persistence counts refreshes), then builds t
 snapshot`, `--once` and the TUI all read that document, so a figure means the same everywhere.
 
 No torch, no zmq, no textual: messages come in already decoded by `loadertop.wire`.
+
+Longer than this package's other modules (~600 lines) on purpose: every figure a view shows is
+computed here once, from one window, so that the TUI, the snapshot, the report and the exporter
+cannot disagree; split across files, the window's walk and the figures it feeds would drift apart.
 """
 
 from __future__ import annotations
@@ -161,6 +165,9 @@ class SourceState:
     resources: ResourceHistory = field(default_factory=ResourceHistory)
     settings: SettingHistory = field(default_factory=SettingHistory)
     error: wire.LoopError | None = None  # the latest exception out of the loop's next()
+    # Its process died without a goodbye (SIGKILL: the OOM killer...), as the viewer found when
+    # the source fell silent: one line on how, from the job's black box (docs/contract.md §9).
+    died: str | None = None
 
     def add(self, msg: wire.LoaderReport, now: float) -> None:
         if self.last is not None:
@@ -175,6 +182,7 @@ class SourceState:
         self.last_received = now
         self.batches_total = msg.batches_total
         self.finished_at = None
+        self.died = None
         if msg.resources is not None:
             self.resources.add(msg.resources, now)
         self.settings.add(msg, now)
@@ -348,6 +356,13 @@ class Model:
     def add_endpoint(self, endpoint: str) -> None:
         self.endpoints.setdefault(endpoint, None)
 
+    def mark_died(self, source: str, how: str) -> None:
+        """The process of `source` is gone without a goodbye; `how` says how it ended (one line).
+        A later report from it (it was only silent) clears this."""
+        state = self.sources.get(source)
+        if state is not None and state.finished_at is None:
+            state.died = how
+
     # ------------------------------------------------------------ the refresh
     def advance(self, now: float) -> Document:
         """Move to `now`: forget sources gone for good, diagnose every source (one step of the
@@ -417,7 +432,7 @@ class Model:
         rate = batches / covered if covered > 0 else None
         batch_size = last.config.batch_size
         age = max(0.0, now - state.last_received)
-        live = state.finished_at is None and age <= GONE_AFTER_S
+        live = state.finished_at is None and state.died is None and age <= GONE_AFTER_S
         blocked_ms = None
         if last.blocked_ms is not None and live:
             # Reports arrive every 0.25 s; only a late one means the loop is still blocked now.
@@ -482,6 +497,8 @@ class Model:
                               at=error.at)
         if state.finished_at is not None:
             return EndFigures(how="finished", error=None, at=round(state.finished_at, 3))
+        if state.died is not None:
+            return EndFigures(how="died", error=state.died[:2000], at=round(state.last_received, 3))
         return None
 
     @staticmethod

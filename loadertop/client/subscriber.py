@@ -6,6 +6,7 @@ never blocks longer than asked, so a timer in the TUI or a loop in `snapshot` ca
 
 from __future__ import annotations
 
+import socket
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -37,12 +38,38 @@ class Recorder(Protocol):
 
     def flush_if_due(self) -> None: ...
 
+class History(Protocol):
+    """What a job's black box tells a viewer (docs/contract.md §9), read by the commands
+    (`recording.blackbox`): declared here so the client does not import the recording package."""
+
+    def frames(self, pid: int, host: str, source: str, before: float) -> list[tuple[float, bytes]]:
+        """The recorded frames of `source` (and its machine's) received before `before`, oldest
+        first; empty without a black box."""
+        ...
+
+    def death(self, pid: int, host: str) -> str | None:
+        """None while `pid` runs (or cannot be judged from here), else one line on how it ended."""
+        ...
+
+
+#: A source silent this long (reports come every 0.25 s) has its process looked at ...
+SILENT_S = 0.75
+#: ... at most this often: "a viewer watching a trainer that dies says so at once".
+DEATH_CHECK_S = 1.0
+
+
 class Subscriber:
     def __init__(self, model: Model, endpoints: list[str] | None = None, *,
                  directory: Path | None = None, discover: bool | None = None,
                  curve: dict[int, bytes] | None = None,
-                 clock: Callable[[], float] = time.time, drop_vanished: bool = False) -> None:
+                 clock: Callable[[], float] = time.time, drop_vanished: bool = False,
+                 history: History | None = None) -> None:
         self.model = model
+        # A source first seen starts from its black box's history (memory trends, findings),
+        # and a source that falls silent has its process looked at (docs/contract.md §9).
+        self.history = history
+        self._pids: dict[str, tuple[int, str]] = {}  # discovered endpoint -> (pid, host)
+        self._death_checked: dict[str, float] = {}  # source -> when its process was last looked at
         # Disconnect a discovered endpoint once its process left the discovery directory (or
         # died without removing its entry): a long-running viewer such as `loadertop export`
         # would otherwise keep a socket reconnecting to every job the machine ever ran. What
@@ -94,7 +121,10 @@ class Subscriber:
         """Connect to processes that appeared in the discovery directory since the last look."""
         if not self.discover:
             return
-        listed = {entry.endpoint for entry in self._entries.entries()}
+        entries = self._entries.entries()
+        for entry in entries:
+            self._pids[entry.endpoint] = (entry.pid, entry.host)
+        listed = {entry.endpoint for entry in entries}
         for endpoint in sorted(listed):
             if endpoint not in self.sockets:
                 self._discovered.add(endpoint)
@@ -135,13 +165,72 @@ class Subscriber:
                         self.model.reject(exc.reason)
                         continue
                     now = self.clock()
+                    seeded: str | None = None  # the source just started from its black box
+                    if (self.history is not None and isinstance(msg, wire.LoaderReport)
+                            and msg.source not in self.model.sources):
+                        self._seed(msg, now)
+                        seeded = msg.source
                     self.model.ingest(msg, now, endpoint)
+                    if seeded is not None:  # the black box keeps a decimated history: its gaps are not losses
+                        self.model.sources[seeded].missed = 0
                     if self.recorder is not None:  # the valid frame as it came: `loadertop record`
                         self.recorder.add(frame, now, endpoint)
             events = self.poller.poll(0)
         if self.recorder is not None:
             self.recorder.flush_if_due()
+        if self.history is not None:
+            self._check_deaths()
         return count
+
+    def _seed(self, first: wire.LoaderReport, now: float) -> None:
+        """Feed the model what the black box of `first`'s process holds of its source before now."""
+        assert self.history is not None
+        try:
+            frames = self.history.frames(first.pid, first.host, first.source, now)
+        except Exception:  # a history that cannot be read never stands in the way of live data
+            return
+        for received_at, frame in frames:
+            try:
+                msg = wire.decode(frame)
+            except wire.WireError:
+                continue
+            if isinstance(msg, wire.LoaderReport) and msg.source != first.source:
+                continue
+            self.model.ingest(msg, received_at)
+
+    def _check_deaths(self) -> None:
+        """Mark the sources whose process died without a goodbye (SIGKILL leaves its socket and
+        its discovery entry behind: only the process's absence tells)."""
+        assert self.history is not None
+        now, mono = self.clock(), time.monotonic()
+        for state in list(self.model.sources.values()):
+            last = state.last
+            if (last is None or state.finished_at is not None or state.died is not None
+                    or now - state.last_received < SILENT_S
+                    or mono - self._death_checked.get(state.source, 0.0) < DEATH_CHECK_S):
+                continue
+            self._death_checked[state.source] = mono
+            how = self.history.death(last.pid, last.host)
+            if how is not None:
+                self.model.mark_died(state.source, how)
+
+    def silent_deaths(self) -> list[str]:
+        """For each discovered endpoint that never delivered: how its process ended, where it
+        did (`snapshot`'s message instead of "is the trainer running?")."""
+        if self.history is None:
+            return []
+        known = dict(self._pids)
+        for endpoint in self.sockets:  # given ones: a pid's private socket names its process
+            name = endpoint.rpartition("/")[2]
+            if endpoint.startswith("ipc://") and name.endswith(".sock") and name[:-5].isdigit():
+                known.setdefault(endpoint, (int(name[:-5]), socket.gethostname()))
+        out = []
+        for endpoint, (pid, host) in sorted(known.items()):
+            if self.model.endpoints.get(endpoint) is None:
+                how = self.history.death(pid, host)
+                if how is not None:
+                    out.append(how)
+        return out
 
     def close(self) -> None:
         for endpoint in list(self.sockets):

@@ -3,6 +3,7 @@ Subscriber, reading a recording, and the one-line error."""
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 
@@ -45,18 +46,35 @@ def open_subscriber(endpoint_args: list[str], *, window_s: float = 3.0, key: str
             curve = curve_client_options(key, server_key)
         except (OSError, ValueError) as exc:
             raise UsageError(str(exc)) from None
+    from loadertop.recording.blackbox import BlackBoxHistory
+
     model = Model(window_s=window_s)
+    # A source starts from its job's black box, and one that dies is said to (docs/contract.md §9).
     return Subscriber(model, endpoints, directory=directory, curve=curve,
-                      drop_vanished=drop_vanished)
+                      drop_vanished=drop_vanished, history=BlackBoxHistory())
 
 
 def no_sources_message(sub: Subscriber) -> str:
     if sub.discover:
+        last = last_ended_line()
+        if last is not None:  # docs/contract.md §9: say which job ended last and how
+            return f"no instrumented process running; {last}"
         return (f"no instrumented process found in {sub.directory}\n"
                 "  wrap a loader with loadertop.instrument(loader), run `loadertop run -- python train.py`,\n"
                 "  or give an endpoint: loadertop tcp://HOST:PORT")
     return ("no data received from " + ", ".join(sub.sockets) +
             " (is the trainer running, and publishing there?)")
+
+
+def last_ended_line() -> str | None:
+    """The black box's line on the job that ended last (None without one); a state directory
+    that cannot be read never stands in the way of the message it adds to."""
+    from loadertop.recording.blackbox import last_ended_line as line
+
+    try:
+        return line()
+    except (OSError, ValueError):
+        return None
 
 
 def watch(sub: Subscriber, seconds: float) -> None:
@@ -75,18 +93,37 @@ def print_error(message: str) -> None:
 
 def load_recording(path: str) -> tuple[Recording, None] | tuple[None, str]:
     """(Recording, None) with at least one frame, or (None, the one-line error). The notes on what
-    could not be read (a torn tail) go to stderr: the rest is still shown."""
+    could not be read (a torn tail) go to stderr: the rest is still shown.
+
+    `path` may also be `last` or a pid (docs/contract.md §9): that job's black box, its segments
+    merged, where no file of that name exists."""
+    from loadertop import statedir
     from loadertop.recording.file import RecordingError, read
 
+    if statedir.is_job_spec(path) and not os.path.exists(path):  # a file of that name is the file
+        from loadertop.recording import blackbox
+
+        try:
+            job = blackbox.resolve(path)
+            recording = blackbox.read_job(job)
+        except blackbox.JobError as exc:
+            return None, str(exc)
+        for note in recording.notes:
+            print_error(f"pid {job.pid}: {note}")
+        if not recording.frames:  # how it ended is still worth saying
+            return None, (f"pid {job.pid} ({blackbox.command_of(job)}) ended: "
+                          f"{blackbox.ending_of(job, recording).text}; its black box holds no "
+                          "messages (it ended before its first report)")
+        return recording, None
     try:
-        recording = read(path)
+        from_file = read(path)
     except RecordingError as exc:
         return None, str(exc)
-    for note in recording.notes:
+    for note in from_file.notes:
         print_error(f"{path}: {note}")
-    if not recording.frames:
+    if not from_file.frames:
         return None, f"{path}: the recording holds no messages (nothing was received while it ran)"
-    return recording, None
+    return from_file, None
 
 
 def playback_of(recording: Recording, window_s: float) -> Playback | None:

@@ -21,7 +21,7 @@ def parser() -> argparse.ArgumentParser:
         prog="loadertop replay",
         description="Play a recording in the live viewer: space pause, ←/→ seek 10 s (shift: 60 s), "
                     "home/end, </> speed. The verdicts are today's loadertop's, from the recorded messages.")
-    p.add_argument("file", metavar="FILE")
+    p.add_argument("file", metavar="FILE", help="a recording, or `last` / a pid: that job's black box")
     p.add_argument("--speed", type=float, default=1.0, metavar="X", help="playback speed (default 1)")
     p.add_argument("--refresh", type=float, default=1.0, metavar="S",
                    help="seconds between screen refreshes (default 1)")
@@ -49,8 +49,12 @@ def run(args: argparse.Namespace) -> int:
         print_error("replay needs a terminal; for a report of the recording use "
                     f"`loadertop snapshot --from {args.file}` or `loadertop report {args.file}`")
         return 2
+    from loadertop.recording.blackbox import JobRecording, replay_name
     from loadertop.tui.replay import ReplayApp
 
-    run_until_exit(ReplayApp(playback, os.path.basename(args.file), speed=args.speed,
+    name = os.path.basename(args.file)
+    if isinstance(playback.recording, JobRecording):  # a job's black box: its end in the header
+        name = replay_name(playback.recording)
+    run_until_exit(ReplayApp(playback, name, speed=args.speed,
                              refresh_s=args.refresh, no_color=environment.no_color(args.no_color)))
     return 0

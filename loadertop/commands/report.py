@@ -21,7 +21,7 @@ def parser() -> argparse.ArgumentParser:
         prog="loadertop report",
         description="Write one self-contained HTML file (opens offline) with plots of a recording "
                     "over time, its findings and its final summary: something to attach to a bug report.")
-    p.add_argument("file", metavar="FILE")
+    p.add_argument("file", metavar="FILE", help="a recording, or `last` / a pid: that job's black box")
     p.add_argument("-o", "--output", metavar="OUT.html", default=None,
                    help="where to write (default: FILE with .html)")
     p.add_argument("--window", type=float, default=3.0, metavar="S",
@@ -60,10 +60,13 @@ def run(args: argparse.Namespace) -> int:
     if playback is None:
         return 1
     recording = playback.recording
+    from loadertop.recording.blackbox import JobRecording, postmortem_lines
     from loadertop.recording.report import build
 
     started = time.monotonic()
-    page = build(recording, playback).encode("utf-8")
+    # An ended job's black box (`report last`): the page leads with its end (docs/contract.md §9).
+    lead = postmortem_lines(recording, playback) if isinstance(recording, JobRecording) else []
+    page = build(recording, playback, lead).encode("utf-8")
     existed = os.path.exists(out)
     # Written beside and renamed: a reader (a browser reloading it) never sees half a page.
     partial = f"{out}.{os.getpid()}.tmp"

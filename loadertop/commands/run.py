@@ -270,6 +270,7 @@ def _run_sigwait(command: list[str], env: dict[str, str]) -> int:
         while True:
             returncode = _poll(pid)
             if returncode is not None:
+                record_ending(pid, returncode, env)
                 return exit_status(returncode)
             info = signal.sigtimedwait(watched, WAIT_SLICE_S)
             if info is None or info.si_signo == signal.SIGCHLD:
@@ -286,6 +287,39 @@ def _run_sigwait(command: list[str], env: dict[str, str]) -> int:
         while signal.sigtimedwait(watched, 0) is not None:
             pass
         signal.pthread_sigmask(signal.SIG_SETMASK, old_mask)
+
+
+def record_ending(pid: int, returncode: int, env: dict[str, str]) -> None:
+    """What the child's own black box could not say (docs/contract.md §9): killed by a signal
+    (its atexit never ran), or the exit code of a run that finished. Only for the child itself
+    (a Python the command started in turn has another pid), and never raises."""
+    try:
+        import time
+
+        from loadertop import statedir
+
+        if not statedir.blackbox_enabled(env):
+            return
+        job = next((j for j in statedir.list_jobs(statedir.state_dir(env)).jobs
+                    if j.meta.pid == pid), None)
+        if job is None:
+            return
+        ended = job.meta.ended
+        if returncode < 0 and ended is None:
+            try:
+                name = signal.Signals(-returncode).name
+            except ValueError:
+                name = f"signal {-returncode}"
+            ended = statedir.Ended(kind="signal", at=time.time(), signal=name, recorded_by="launcher")
+        elif returncode >= 0 and ended is not None and ended.kind == "finished" and ended.exit_code is None:
+            ended = statedir.Ended(kind="finished", at=ended.at, exit_code=returncode,
+                                   recorded_by=ended.recorded_by)
+        else:
+            return
+        fields = {f: getattr(job.meta, f) for f in job.meta.__struct_fields__}
+        statedir.write_meta(job.meta_path, statedir.JobMeta(**{**fields, "ended": ended}))
+    except Exception:
+        pass
 
 
 def _same_process_group(pid: int) -> bool:
@@ -313,7 +347,9 @@ def _run_handlers(command: list[str], env: dict[str, str]) -> int:  # pragma: no
 
     previous = {sig: signal.signal(sig, forward) for sig in FORWARDED}
     try:
-        return exit_status(os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]))
+        returncode = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
+        record_ending(pid, returncode, env)
+        return exit_status(returncode)
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)

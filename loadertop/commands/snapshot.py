@@ -26,7 +26,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--seconds", type=float, default=3.0, metavar="S",
                    help="watch this long (default 3); with --from: the window before the point")
     p.add_argument("--from", dest="from_file", metavar="FILE", default=None,
-                   help="read a recording (`loadertop record`) instead of live endpoints")
+                   help="read a recording (`loadertop record`) instead of live endpoints; `last` "
+                        "or a pid: that job's black box (`loadertop ls`)")
     p.add_argument("--at", type=float, default=None, metavar="S",
                    help="with --from: S seconds into the recording (negative: before its end; "
                         "default: the end)")
@@ -54,6 +55,9 @@ def take(endpoint_args: list[str], seconds: float, *, key: str | None = None,
             return None, no_sources_message(sub)
         doc = sub.model.advance(time.time())
         if not doc.sources:
+            deaths = sub.silent_deaths()  # its process died (SIGKILL leaves the entry behind)
+            if deaths:
+                return None, "; ".join(deaths)
             return None, ("no data received from " + ", ".join(sub.sockets) +
                           f" within {seconds:g} s (is the trainer running and iterating an"
                           " instrumented loader?)")
@@ -62,14 +66,21 @@ def take(endpoint_args: list[str], seconds: float, *, key: str | None = None,
         sub.close()
 
 
-def from_recording(path: str, at: float | None, window_s: float) -> tuple[Document | None, str | None]:
+def from_recording(path: str, at: float | None, window_s: float, *,
+                   heading: list[str] | None = None) -> tuple[Document | None, str | None]:
     """(the document at `at` seconds into the recording (negative: before its end; None: the
-    end), None) or (None, error message)."""
+    end), None) or (None, error message). `heading`, when given, receives what the view of a
+    job's black box leads with (how it ended, the findings of its last minutes)."""
     from loadertop.commands.common import open_playback
 
     playback = open_playback(path, window_s)
     if playback is None:
         return None, None  # already said
+    if heading is not None:
+        from loadertop.recording.blackbox import JobRecording, postmortem_lines
+
+        if isinstance(playback.recording, JobRecording):
+            heading.extend(postmortem_lines(playback.recording, playback))
     length = playback.end - playback.start
     if at is None:
         t = playback.end
@@ -93,11 +104,15 @@ def run(args: argparse.Namespace) -> int:
         if args.endpoints:
             print_error("--from FILE reads a recording: give no ENDPOINT with it")
             return 2
-        doc, error = from_recording(args.from_file, args.at, args.seconds)
+        heading: list[str] = []
+        doc, error = from_recording(args.from_file, args.at, args.seconds,
+                                    heading=None if args.json else heading)
         if doc is None:
             if error:
                 print_error(error)
             return 1
+        if heading:  # an ended job's black box: its end leads (docs/contract.md §9)
+            sys.stdout.write("\n".join(heading) + "\n\n")
         return _print(doc, args.json)
     return report_live(args.endpoints, args.seconds, as_json=args.json, key=args.key,
                        server_key=args.server_key)

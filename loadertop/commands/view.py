@@ -45,6 +45,7 @@ commands:
                                         record what the viewer receives to FILE (Ctrl-C stops)
   loadertop replay FILE                 a recording in the live viewer (space, arrows, < >)
   loadertop report FILE [-o OUT.html]   a self-contained HTML report with plots of a recording
+  loadertop ls [--json]                 this user's live and ended jobs (their black boxes)
   loadertop run [--] COMMAND ...        run COMMAND with every DataLoader instrumented
   loadertop attach [--listen ENDPOINT] PID
                                         instrument a running job started without loadertop
@@ -57,6 +58,7 @@ commands:
   loadertop keys [DIR]                  create a CurveZMQ key pair for remote viewing
 
 ENDPOINT: tcp://HOST:PORT, HOST:PORT, ipc://PATH, or the pid of an instrumented process.
+FILE: a recording, or `last` / the pid of a job in `loadertop ls` (its black box).
 Instrument a loader with:  train = loadertop.instrument(DataLoader(...), name="train")
 """
 
@@ -118,7 +120,8 @@ def run(args: argparse.Namespace) -> int:
         print_error(str(exc))
         return 2
     if args.record is None:
-        return run_app(sub, refresh_s=args.refresh, no_color=environment.no_color(args.no_color))
+        return run_app(sub, refresh_s=args.refresh, no_color=environment.no_color(args.no_color),
+                       note=last_job_note(sub) if sub.discover else None)
     from loadertop.commands.record import open_writer, size_text
 
     try:
@@ -141,6 +144,38 @@ def run(args: argparse.Namespace) -> int:
         writer.close()
         print(f"loadertop: recorded {writer.frames} messages to {args.record} "
               f"({size_text(writer.written)})", file=sys.stderr)
+
+
+LAST_JOB_RECHECK_S = 10.0  # how often the screen with no source looks at the state directory again
+
+
+def last_job_note(sub: Subscriber, clock: Callable[[], float] | None = None) -> Callable[[], str | None]:
+    """The header's note while no instrumented process runs: which job ended last and how
+    (docs/contract.md §9), looked up again every LAST_JOB_RECHECK_S; nothing once a source shows."""
+    import time
+
+    from loadertop.commands.common import last_ended_line
+
+    now = clock or time.monotonic
+    line: str | None = None
+    looked_at = -LAST_JOB_RECHECK_S
+
+    def note() -> str | None:
+        nonlocal line, looked_at
+        if sub.model.sources:
+            return None
+        if now() - looked_at >= LAST_JOB_RECHECK_S:
+            ended = last_ended_line()
+            if ended:  # two lines, so how it ended and the command that opens it fit 80 columns
+                who, _, how = ended.partition(" ago: ")
+                line = (f"no instrumented process running; {who} ago:\n  {how}" if how
+                        else f"no instrumented process running; {ended}")
+            else:
+                line = None
+            looked_at = now()
+        return line
+
+    return note
 
 
 def run_app(sub: Subscriber, *, refresh_s: float, no_color: bool,

@@ -75,7 +75,8 @@ def attach(*, endpoint: str | None, directory: str) -> dict:
     if original_next is None or getattr(original_next, "_loadertop_original", None) is not None:
         raise RuntimeError("torch's _BaseDataLoaderIter is not what loadertop knows (torch "
                            f"{getattr(sys.modules.get('torch'), '__version__', '?')})")
-    publisher = publisher_module.get_publisher(endpoint, directory=directory, sigterm_cleanup=False)
+    publisher = publisher_module.get_publisher(endpoint, directory=directory, sigterm_cleanup=False,
+                                               how="attach")
     _state = _Attached(module, original_next, publisher)
     publisher.start()
     if publisher.failed:

@@ -14,9 +14,17 @@ is a sample tick); queues are sampled in proportion to the batch rate; the worke
 read in bulk before each report instead of waking the thread once per batch; and the only
 wake-up off the grid is a viewer subscribing.
 
-Queue samples and the machine's figures are taken only while a viewer is subscribed: they go
-into reports nobody else reads. A report covers REPORT_S, and the viewer's window 3 s, so from
-its first refresh on a new viewer sees the same figures as if they had been taken all along.
+Queue samples are taken only while a viewer is subscribed, and the machine's figures every
+SLOW_S only then: they go into reports nobody else reads. A report covers REPORT_S, and the
+viewer's window 3 s, so from its first refresh on a new viewer sees the same figures as if they had
+been taken all along. The black box (probe/blackbox.py, docs/contract.md §9) is the exception: it
+records every report, so with it on the thread takes, with no viewer, what the findings need
+(worker liveness, RSS, USS at its CPU share, hang stacks) and the machine's figures every
+BLACKBOX_SYSTEM_S.
+
+Longer than this package's other modules (~600 lines) on purpose: the thread's loop is one
+schedule, and its pieces (the grid, the due ticks, what each tick samples) read together; the
+timetable's arithmetic is in cadence.py and the black box's writing in blackbox.py.
 """
 
 from __future__ import annotations
@@ -45,13 +53,14 @@ from loadertop.probe.cadence import (
 )
 from loadertop.probe.inbox import WorkerInbox
 from loadertop.probe.record import LoaderRecord
-from loadertop.probe.resources import RESOURCE_S, ResourceSampler
+from loadertop.probe.resources import RESOURCE_S, USS_CPU_SHARE_RECORDED, ResourceSampler
 
 if TYPE_CHECKING:
     from types import FrameType, ModuleType
 
     from zmq import Socket as _ZmqSocket
 
+    from loadertop.probe.blackbox import BlackBox
     from loadertop.probe.system_feed import SystemFeed
     from loadertop.remote import CurveServer
 
@@ -62,6 +71,11 @@ if TYPE_CHECKING:
 SYSTEM_MIN_GAP_S = 0.2
 RETIRE_AFTER_S = 10.0  # a loader garbage-collected this long ago says goodbye and stops reporting
 SNDHWM = 1000
+BLACKBOX_SYSTEM_S = 10.0  # the machine's figures for the black box alone (a viewer: every SLOW_S)
+# The black box loads psutil and the machine's sampler (see _loading) this long after the thread
+# starts, not at once: a program's first loader forks its workers right after the probe starts,
+# and a fork waits while they load.
+BLACKBOX_TOOLS_AFTER_S = 3.0
 WORKER_RCVHWM = 10000  # workers' samples read at most at once: this many per REPORT_S
 REUSE_WAIT_S = 0.05  # how long a loader re-made under a dropped one's name waits for it to go
 CLOSE_LINGER_MS = 200  # at exit, let the goodbye messages leave, but never hold exit longer
@@ -121,14 +135,16 @@ def _process_identity() -> tuple[float, str]:
 
 
 def get_publisher(endpoint: str | None = None, *, directory: str | None = None,
-                  sigterm_cleanup: bool = True) -> Publisher:
+                  sigterm_cleanup: bool = True, how: str | None = None) -> Publisher:
     """The process's publisher, created on first use (and again in a forked child); `endpoint`,
-    `directory` and `sigterm_cleanup` only matter to the call that creates it (`loadertop attach`
-    passes the attaching side's discovery directory, and leaves the target's SIGTERM alone)."""
+    `directory`, `sigterm_cleanup` and `how` only matter to the call that creates it (`loadertop
+    attach` passes the attaching side's discovery directory, leaves the target's SIGTERM alone,
+    and says "attach" in the black box's meta)."""
     global _publisher
     with _lock:
         if _publisher is None or _publisher.pid != os.getpid():
-            _publisher = Publisher(endpoint, directory=directory, sigterm_cleanup=sigterm_cleanup)
+            _publisher = Publisher(endpoint, directory=directory, sigterm_cleanup=sigterm_cleanup,
+                                   how=how)
         return _publisher
 
 
@@ -142,7 +158,7 @@ def forget_publisher(publisher: Publisher) -> None:
 
 class Publisher:
     def __init__(self, endpoint: str | None = None, *, directory: str | None = None,
-                 sigterm_cleanup: bool = True) -> None:
+                 sigterm_cleanup: bool = True, how: str | None = None) -> None:
         self.pid = os.getpid()
         self.host = socket.gethostname()
         self.rank = environment.rank()
@@ -177,6 +193,9 @@ class Publisher:
         self._resources = ResourceSampler()
         self._viewer_tools = False  # psutil and the machine's sampler loaded (see _loading)
         self.stack_dir: str | None = None  # set at start when the directory can be made
+        # The black box (probe/blackbox.py): this process's own recording, started with the thread.
+        self.how = how or ("run" if environment.run_hook_enabled() else "instrument")
+        self.blackbox: BlackBox | None = None
 
     # ------------------------------------------------------------ training thread side
     def unique_name(self, name: str | None) -> str:
@@ -299,11 +318,30 @@ class Publisher:
             self._wake = os.pipe()  # non-inheritable: a spawned worker never holds it
         except OSError:
             self._wake = None  # out of fds: close() then waits for the poll's timeout
+        # Before atexit.register(self.close): the black box's own exit handler then runs after
+        # this one (atexit runs them last in, first out), once the goodbyes are in its queue.
+        self._start_blackbox()
         self._thread = threading.Thread(target=self._run, name="loadertop-publisher", daemon=True)
         self._thread.start()
         atexit.register(self.close)
         if self._sigterm_cleanup:
             _install_sigterm_cleanup()
+
+    def _start_blackbox(self) -> None:
+        from loadertop import statedir
+
+        if not statedir.blackbox_enabled():
+            return  # nothing more imported: LOADERTOP_BLACKBOX=0 leaves the probe as it was
+        try:
+            from loadertop.probe import blackbox
+
+            self.blackbox = blackbox.start(pid=self.pid, started_at=self.started_at, how=self.how,
+                                           warn=warn_once)
+            # USS more often than a viewer alone needs: the trends are read back later (§9).
+            self._resources.set_cpu_share(USS_CPU_SHARE_RECORDED)
+        except Exception as exc:  # the shim degrades silently: training must go on
+            self.blackbox = None
+            warn_once(f"the black box is off: {exc!r}")
 
     def close(self, timeout: float = 1.0) -> None:
         """At exit: say goodbye, remove the discovery entry. Bounded by `timeout` seconds."""
@@ -376,6 +414,8 @@ class Publisher:
                 warn_once(f"{self.failed}; training continues unobserved")
                 return
             self.endpoint = pub.getsockopt_string(zmq.LAST_ENDPOINT) or self.endpoint
+            if self.blackbox is not None:
+                self.blackbox.endpoint = self.endpoint
             if not endpoints.is_loopback(self.endpoint):
                 print(f"loadertop: publishing loader figures on {self.endpoint}, reachable beyond "
                       f"this machine", file=sys.stderr, flush=True)
@@ -420,6 +460,8 @@ class Publisher:
         report_ns = max(1, round(REPORT_S * 1e9 / 12)) * 12  # so that REPORT_S / k is exact
         slow_ns = max(1, round(SLOW_S / REPORT_S)) * report_ns
         system_gap_ns = round(SYSTEM_MIN_GAP_S * 1e9)
+        recorded_system_ns = round(BLACKBOX_SYSTEM_S * 1e9)
+        tools_after_ns = round(BLACKBOX_TOOLS_AFTER_S * 1e9)
         sample_ns = report_ns
         origin = clock()
         next_sample = next_report = next_slow = next_resources = origin  # the first tick: at once
@@ -446,7 +488,12 @@ class Publisher:
             with self._records_lock:
                 records = list(self.records)
             watched = self.subscriptions > 0
-            if watched and not self._viewer_tools:
+            # The black box takes, with no viewer, what the findings need (worker liveness, CPU,
+            # RSS, USS at its CPU share, hang stacks), and the machine's figures every
+            # BLACKBOX_SYSTEM_S; queue samples stay a viewer's (no finding rests on them).
+            box = self.blackbox
+            recording = box is not None and box.on
+            if not self._viewer_tools and (watched or (recording and now - origin >= tools_after_ns)):
                 self._load_viewer_tools()
             sampling = watched and any(record.has_queue() for record in records)
             if sample_due:
@@ -460,9 +507,9 @@ class Publisher:
                 next_slow = next_tick(origin, slow_ns, now)
                 for record in records:
                     record.sample_workers()
-                if watched and now >= next_resources:
+                if (watched or recording) and self._viewer_tools and now >= next_resources:
                     # The slow readings (USS/PSS, the costly part; fds, threads): every
-                    # RESOURCE_S and only for a viewer, on this thread, never the training one.
+                    # RESOURCE_S, for a viewer or the black box, on this thread, never the training one.
                     # on the 1 s grid: the tick at RESOURCE_S from now, not the one after it
                     next_resources = now + round(RESOURCE_S * 1e9) - slow_ns // 2
                     for record in records:
@@ -479,12 +526,13 @@ class Publisher:
                     probe_cpu = (cpu - cpu_mark) / (wall - wall_mark)
                     cpu_mark, wall_mark = cpu, wall
             if self._system is not None:
-                if not watched:
+                gap = system_gap_ns if watched else recorded_system_ns
+                if not (watched or recording):
                     system_at = None  # nobody to send the machine's figures to: read nothing
-                elif system_at is None or now - system_at > 2 * slow_ns:
+                elif system_at is None or now - system_at > 2 * max(gap, slow_ns):
                     self._sample_system()  # starts the rates; these figures are not sent
                     system_at = now
-                elif slow_due and now - system_at >= system_gap_ns:
+                elif slow_due and now - system_at >= gap:
                     self._send_system(zmq, pub)
                     system_at = now
             if report_due or self._send_now:
@@ -496,13 +544,18 @@ class Publisher:
                     next_report = next_tick(origin, report_ns, now)
                 now_ns, sent_at = time.perf_counter_ns(), time.time()
                 for record in records:
-                    self._send(zmq, pub, record.report(now_ns, sent_at, probe_cpu, watched))
+                    self._send(zmq, pub, record.report(now_ns, sent_at, probe_cpu,
+                                                       watched or recording))
 
     def _send(self, zmq: ModuleType, pub: Socket, msg: wire.Message) -> None:
+        frame = wire.encode(msg)
         try:
-            pub.send(wire.encode(msg), zmq.NOBLOCK)
+            pub.send(frame, zmq.NOBLOCK)
         except zmq.Again:  # PUB drops at HWM by itself; this is only defensive
             pass
+        box = self.blackbox
+        if box is not None:
+            box.add(frame, msg)  # a deque append: the black box's thread writes it
 
     def _read_subscriptions(self, zmq: ModuleType, pub: Socket) -> None:
         while True:
@@ -598,6 +651,12 @@ def _on_sigterm(signum: int, frame: FrameType | None) -> None:
     pub = _publisher
     if pub is not None and pub.pid == os.getpid():
         pub._remove_files()
+        if pub.blackbox is not None:  # how the run ended, said before it dies
+            from loadertop import statedir
+            from loadertop.probe import blackbox
+
+            pub.blackbox.finish(statedir.Ended(kind="signal", at=time.time(), signal="SIGTERM"),
+                                wait_s=blackbox.SIGNAL_WAIT_S)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     os.kill(os.getpid(), signal.SIGTERM)
 

@@ -63,6 +63,12 @@ _OVERRIDE: Final = _interval_override()
 RESOURCE_S: Final = _OVERRIDE if _OVERRIDE is not None else 5.0
 #: USS/PSS reads use at most this share of one core, averaged over the rounds (0: every round).
 USS_CPU_SHARE: Final = 0.0 if _OVERRIDE is not None else 0.0005
+#: The same while the black box records (docs/contract.md §9): a viewer that attaches later starts
+#: from its history, and the copy-on-read finding needs TREND_MIN_SAMPLES (4) USS readings, which
+#: at USS_CPU_SHARE take a worker of a large in-memory dataset several minutes; at this share they
+#: are there by minute 2, and the publisher thread, black box included, stays within its budget
+#: (docs/performance.md).
+USS_CPU_SHARE_RECORDED: Final = 0.0 if _OVERRIDE is not None else 0.002
 #: The main process's USS/PSS (no finding rests on them: copy-on-read is the workers', memory
 #: growth is judged by RSS) is read in a full round only once this long: in a training process
 #: (CUDA, the model) it is the largest walk, and the share is better spent on the workers.
@@ -102,6 +108,10 @@ class ResourceSampler:
         self._main: tuple[int, _Reading, int | None] | None = None  # this round's: pid, figures
         self._seen: set[int] = set()  # pids asked for in this round
         self._main_uss_at = float("-inf")  # when the main process's USS was last read
+
+    def set_cpu_share(self, share: float) -> None:
+        """From the next round on, USS/PSS reads use at most `share` of one core."""
+        self._share = share
 
     def sample(self, workers: list[tuple[int, int]]) -> wire.ResourceReport:
         """The main process and `workers` ((worker id, pid) pairs) now."""

@@ -50,10 +50,12 @@ figcaption { color: #555; font-size: 12.5px; }
 """
 
 
-def build(recording: Recording, playback: Playback) -> str:
-    """The report of `recording` (played by `playback`) as one HTML page."""
+def build(recording: Recording, playback: Playback, lead: Sequence[str] = ()) -> str:
+    """The report of `recording` (played by `playback`) as one HTML page. `lead`: what the page
+    leads with, one line each (an ended job's black box: how it ended and the findings of its last
+    minutes, `blackbox.postmortem_lines`)."""
     plots.require_matplotlib()
-    return html_report(recording, timeline(playback))
+    return html_report(recording, timeline(playback), lead)
 
 
 def _e(text: object) -> str:
@@ -82,7 +84,7 @@ def _colour_var(colour: str) -> str:
     return f'style="--c: {_e(colour)}"'
 
 
-def html_report(recording: Recording, timeline: Timeline) -> str:
+def html_report(recording: Recording, timeline: Timeline, lead: Sequence[str] = ()) -> str:
     start_words = _clock(timeline.start)
     names = ", ".join(dict.fromkeys(s.name for s in timeline.sources)) or "no loader"
     hosts = list(dict.fromkeys([s.host for s in timeline.sources] + timeline.machine.hosts))
@@ -97,6 +99,8 @@ def html_report(recording: Recording, timeline: Timeline) -> str:
         f"<title>{_e(title)}</title>",
         f"<style>{_STYLE}</style></head><body>",
         f"<h1>{_e(title)}</h1>",
+        *(['<h2 id="end">How it ended</h2>', f'<pre class="summary">{_e(chr(10).join(lead))}</pre>']
+           if lead else []),
         _header(recording, timeline),
         _verdict_summary(timeline),
     ]

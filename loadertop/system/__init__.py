@@ -20,7 +20,22 @@ rates and percentages are None on the first call, which has nothing to compare w
             temperature_c, power_w, power_limit_w, processes: [{pid, used_mem_bytes}]}]
 """
 
+from typing import TYPE_CHECKING
+
 from .gpu import GpuReader, NvmlGpuReader
-from .host import SystemSampler
+
+if TYPE_CHECKING:
+    from .host import SystemSampler
 
 __all__ = ["GpuReader", "NvmlGpuReader", "SystemSampler"]
+
+
+def __getattr__(name: str) -> object:
+    # SystemSampler is loaded on first use: its module imports psutil, which the probe's black
+    # box (reading only `cgroup`, at a program's first loader) must not pull onto the training
+    # thread (probe/publisher.py loads psutil on its own thread, holding forks off meanwhile).
+    if name == "SystemSampler":
+        from .host import SystemSampler
+
+        return SystemSampler
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

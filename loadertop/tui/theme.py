@@ -45,9 +45,11 @@ from loadertop.views.palette import severity_style as severity_style
 # --------------------------------------------------------------------------- colours
 
 #: Source states (docs/contract.md §3) → colour of the state word; "crashed" is a finished source whose
-#: loop ended with an exception (`report.shown_state`).
+#: loop ended with an exception, "died" a gone one whose process died without a goodbye
+#: (`report.shown_state`).
 STATE_COLOURS: dict[str, str] = {"running": OK, "waiting": WARN, "stalled": f"bold {BAD}",
-                                 "gone": BAD, "crashed": f"bold {BAD}"}
+                                 "gone": BAD, "crashed": f"bold {BAD}",
+                                 "died": f"bold {BAD}"}
 
 # --------------------------------------------------------------------------- findings
 

@@ -96,9 +96,10 @@ def time_shares(src: Source) -> TimeShares | None:
 
 def shown_state(src: Source) -> str:
     """The source's state as the screen and the report say it: "crashed" where an exception left
-    the loop's next() (`end.how`), else the document's `state` (docs/contract.md §3)."""
-    if src.end is not None and src.end.how == "crashed":
-        return "crashed"
+    the loop's next(), "died" where its process died without a goodbye (`end.how`), else the
+    document's `state` (docs/contract.md §3)."""
+    if src.end is not None and src.end.how in ("crashed", "died"):
+        return src.end.how
     return src.state
 
 
@@ -109,6 +110,8 @@ def end_words(src: Source) -> str | None:
         return None
     if end.how == "crashed":
         return f"crashed: {end.error}" if end.error else "crashed"
+    if end.how == "died":
+        return end.error or "died without a goodbye"
     return "finished"
 
 

@@ -1,7 +1,8 @@
 """CPU of the shim's background (publisher) thread, read from that thread's own CPU clock.
 
     python tests/benchmarks/probe_cpu.py [--seconds 10] [--scenarios slow2,fast0,fast2]
-                                         [--viewer both|no|yes] [--profile]
+                                         [--viewer both|no|yes] [--blackbox on|off|off,on,...]
+                                         [--profile]
 
 Each scenario runs in a fresh process (a publisher of its own), iterating an instrumented loader
 for --seconds after a warm-up; the publisher thread's CPU is read with
@@ -13,8 +14,12 @@ for --seconds after a warm-up; the publisher thread's CPU is read with
     idle   a loader registered and iterated once, then no iteration (the thread's floor)
 
 --viewer yes starts a real subscriber (`loadertop snapshot`) and waits until the publisher has
-seen it subscribe. --profile runs cProfile inside the publisher thread (this thread only) and
-prints where its time goes (cProfile inflates small calls: read it as a distribution).
+seen it subscribe. --blackbox: the variants to run, in this order at every --repeat (`off,on` with
+--repeat 3 alternates them; `off,off,on,on` gives an A/A pair of each); with the black box on, the
+figure is the publisher thread's and the black box's thread's CPU together (docs/blackbox.md),
+measured after the black box loaded what it samples with (a one-off, BLACKBOX_TOOLS_AFTER_S in).
+--profile runs cProfile inside the publisher thread (this thread only) and prints where its time
+goes (cProfile inflates small calls: read it as a distribution).
 """
 
 from __future__ import annotations
@@ -131,6 +136,15 @@ def _child(scenario: str, seconds: float, viewer: bool, profile: bool,
     publisher._ready.wait(10)
     thread = publisher._thread
     clock = time.pthread_getcpuclockid(thread.ident)
+    box = publisher.blackbox
+    box_clock = None
+    if box is not None:
+        deadline = time.monotonic() + 30
+        while not (publisher._viewer_tools and box._thread is not None and box._thread.ident):
+            if time.monotonic() > deadline:
+                raise SystemExit("the black box did not start")
+            next(it) if scenario != "idle" else time.sleep(0.01)
+        box_clock = time.pthread_getcpuclockid(box._thread.ident)
 
     proc = None
     if viewer:
@@ -153,6 +167,7 @@ def _child(scenario: str, seconds: float, viewer: bool, profile: bool,
             for acc in timers.values():
                 acc[0] = acc[1] = 0
         c0, w0, p0 = time.clock_gettime_ns(clock), time.perf_counter_ns(), time.process_time_ns()
+        b0 = time.clock_gettime_ns(box_clock) if box_clock is not None else 0
         m0 = time.thread_time_ns()
         batches = 0
         end = time.monotonic() + seconds
@@ -165,6 +180,7 @@ def _child(scenario: str, seconds: float, viewer: bool, profile: bool,
                     next(it)
                 batches += 100
         c1, w1, p1 = time.clock_gettime_ns(clock), time.perf_counter_ns(), time.process_time_ns()
+        b1 = time.clock_gettime_ns(box_clock) if box_clock is not None else 0
         m1 = time.thread_time_ns()
     finally:
         if proc is not None:
@@ -173,7 +189,8 @@ def _child(scenario: str, seconds: float, viewer: bool, profile: bool,
     wall = w1 - w0
     out = {"scenario": scenario, "viewer": viewer, "wall_s": wall / 1e9,
            "batches_per_s": batches * 1e9 / wall,
-           "thread_cpu_percent": 100 * (c1 - c0) / wall,
+           "thread_cpu_percent": 100 * (c1 - c0 + b1 - b0) / wall,
+           "blackbox_cpu_percent": 100 * (b1 - b0) / wall if box is not None else None,
            "main_cpu_percent": 100 * (m1 - m0) / wall,
            "process_cpu_percent": 100 * (p1 - p0) / wall}
     if timers is not None:
@@ -201,6 +218,7 @@ def main() -> None:
     parser.add_argument("--set", default="", metavar="NAME=VALUE,...",
                         help="override publisher constants (experiments), e.g. SAMPLE_S=0.25")
     parser.add_argument("--repeat", type=int, default=1)
+    parser.add_argument("--blackbox", default="on", help="on, off, or variants in order: off,on")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
@@ -211,10 +229,13 @@ def main() -> None:
     env = dict(os.environ)
     env.setdefault("LOADERTOP_DIR", tempfile.mkdtemp(prefix="ltprobe"))
     env["LT_PROBE_SET"] = args.set
+    env.setdefault("LOADERTOP_STATE_DIR", tempfile.mkdtemp(prefix="ltstate"))
+    variants = args.blackbox.split(",")
     viewers = {"both": (0, 1), "no": (0,), "yes": (1,)}[args.viewer]
     for _ in range(args.repeat):
         for scenario in args.scenarios.split(","):
-            for v in viewers:
+            for v, variant in ((v, b) for v in viewers for b in variants):
+                env["LOADERTOP_BLACKBOX"] = "0" if variant == "off" else "1"
                 cmd = [sys.executable, __file__, "--child", f"{scenario}:{v}",
                        "--seconds", str(args.seconds)] + (["--profile"] if args.profile else []) \
                     + (["--breakdown"] if args.breakdown else [])
@@ -223,8 +244,10 @@ def main() -> None:
                     print(res.stdout, res.stderr)
                     continue
                 r = json.loads(res.stdout.strip().splitlines()[-1])
-                print(f"{scenario:6s} viewer={'yes' if v else 'no ':3s} "
-                      f"{r['batches_per_s']:9.0f} batches/s  publisher thread "
+                box = "" if r["blackbox_cpu_percent"] is None else \
+                    f" (black box {r['blackbox_cpu_percent']:.3f} %)"
+                print(f"{scenario:6s} viewer={'yes' if v else 'no ':3s} blackbox={variant:3s} "
+                      f"{r['batches_per_s']:9.0f} batches/s  publisher thread{box} "
                       f"{r['thread_cpu_percent']:6.2f} % of a core (goal <= {GOALS[scenario]})  "
                       f"main thread {r['main_cpu_percent']:5.1f} %  process "
                       f"{r['process_cpu_percent']:5.1f} %", flush=True)

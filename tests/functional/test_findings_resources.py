@@ -4,8 +4,9 @@ threads_oversubscribed and shm_low, each from a job that really has the pitfall
 
 The jobs run at once, each in its own LOADERTOP_DIR, with LOADERTOP_RESOURCE_S=0.5: the probe
 then takes its slow readings (USS/PSS, fds, threads) at every 1 s tick instead of every 5 s, and
-without its CPU share for USS. Each is watched by one `loadertop snapshot --json` (the readings
-are taken only while a viewer is subscribed; the memory trends are that viewer's).
+without its CPU share for USS. Each is watched by one `loadertop snapshot --json` (with no black
+box, LOADERTOP_BLACKBOX=0: the readings are taken only while a viewer is subscribed, and the
+memory trends are that viewer's).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from loadertop import environment
+from loadertop import environment, statedir
 from loadertop.client import resources as vr
 from loadertop.findings import _trends, copy_on_read, threads_oversubscribed
 
@@ -75,7 +76,10 @@ class Job:
         self.kind = kind
         self.dir = short_tmpdir()
         self.status_path = self.dir / "status.json"
-        extra = {environment.LOADERTOP_RESOURCE_S: RESOURCE_S, **(env or {})}
+        # Without a black box: the readings and the trends judged here are the snapshot's own
+        # (a viewer starting from a job's black box is tests/unit/test_blackbox_reader.py's).
+        extra = {environment.LOADERTOP_RESOURCE_S: RESOURCE_S, statedir.LOADERTOP_BLACKBOX: "0",
+                 **(env or {})}
         self.wl = pool(kind, "--duration", 120, "--status", self.status_path, *args,
                        directory=self.dir, env=extra, script=JOBS)
 

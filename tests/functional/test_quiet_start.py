@@ -100,8 +100,11 @@ WATCHED_LATER = textwrap.dedent("""
 
 
 def test_what_only_a_viewer_needs_is_loaded_when_one_subscribes(lt_dir):
+    # With the black box off: the black box samples what the findings need with no viewer, and
+    # loads these for it (tests/functional/test_blackbox_writer.py).
     stop = lt_dir / "stop"
-    proc = subprocess.Popen([sys.executable, "-c", WATCHED_LATER, str(stop)], env=clean_env(lt_dir),
+    proc = subprocess.Popen([sys.executable, "-c", WATCHED_LATER, str(stop)],
+                            env=clean_env(lt_dir, LOADERTOP_BLACKBOX="0"),
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         unwatched = json.loads(proc.stdout.readline() or "null")

@@ -263,3 +263,22 @@ def test_frames_of_a_schema_this_loadertop_no_longer_reads_are_counted_not_misre
     for i in range(8):
         model.ingest(loader_report(seq=i, sent_at=T0 + i * 0.25), T0 + i * 0.25, "tcp://h:1")
     assert doc.sources[0].batches_total == model.advance(T0 + 2.5).sources[0].batches_total
+
+
+def test_iter_frames_reads_what_read_reads_a_chunk_at_a_time_and_stops_at_a_torn_tail(tmp_path):
+    path = tmp_path / "r.ltrec"
+    writer = RecordingWriter(str(path))
+    for i in range(300):
+        writer.add(b"loadertop/1\0" + bytes([i % 251]) * (i % 97 + 1), 1000.0 + i, f"ipc://e{i % 3}")
+        if i % 50 == 0:
+            writer.flush()
+    writer.close()
+    whole = read(str(path))
+    streamed = list(recfile.iter_frames(str(path), chunk_bytes=37))
+    assert streamed == whole.frames
+    data = path.read_bytes()
+    (tmp_path / "torn.ltrec").write_bytes(data[: len(data) * 2 // 3])
+    torn = read(str(tmp_path / "torn.ltrec"))
+    assert list(recfile.iter_frames(str(tmp_path / "torn.ltrec"))) == torn.frames
+    with pytest.raises(RecordingError):
+        list(recfile.iter_frames(str(tmp_path / "missing.ltrec")))

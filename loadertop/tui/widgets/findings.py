@@ -314,7 +314,7 @@ class FindingsList(LineWidget):
         by_id = {s.id: s for s in sources}
         for source in sources:
             ended = end_words(source)
-            if source.end is not None and source.end.how == "crashed" and ended:
+            if source.end is not None and source.end.how in ("crashed", "died") and ended:
                 out += graphics.wrap(((f"✖ {labels[source.id]} ", f"bold {BAD}"), (ended, BAD)),
                                      width, indent=2)
         findings = doc.findings if doc is not None else ()

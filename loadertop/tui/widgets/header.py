@@ -121,7 +121,7 @@ class HeaderBar(LineWidget):
         line1 = (*ident, (" " * max(1, pad), ""), *right)
         lines: list[Line] = [line1, tuple(status)]
         if st.note:
-            lines.append(((st.note, ACCENT),))
+            lines += [((part, ACCENT),) for part in st.note.split("\n")]
 
         sources = doc.sources if doc is not None else ()
         if len(sources) > 1:

@@ -131,7 +131,7 @@ class LoaderPanel(Panel):
         worker (pid 4321) is killed by signal: Killed." (wide: wrapped onto a second row where
         needed)."""
         end = src.end
-        if end is None or end.how != "crashed":
+        if end is None or end.how not in ("crashed", "died"):
             return []
         line: Line = (("✖ ", f"bold {BAD}"), (end.error or "an exception left next()", BAD))
         if self.compact:
