@@ -1,0 +1,94 @@
+"""`loadertop run --autotune` end to end (docs/contract.md §10): a plain torch job with no loadertop
+import (`tests/workloads/autotune_jobs.py`), whose storage serves SLOTS reads at once, so that
+samples/s grow with num_workers up to SLOTS and stay flat after.
+
+- started at 2 workers, it settles within EPOCH_BUDGET epochs on a count at the knee (every count
+  from SLOTS on is the best static setting there is: the store serves no more);
+- every epoch yields each sample index exactly once, in the sampler's order (a shuffled run gives
+  the same sequence as the same job without --autotune), with persistent workers and without,
+  forked and spawned;
+- an IterableDataset is told about at start; the exit line says where each loader settled.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO, WORKLOADS, clean_env, short_tmpdir
+
+pytestmark = pytest.mark.slow
+
+PY = sys.executable
+JOB = str(WORKLOADS / "autotune_jobs.py")
+SLOTS = 4
+EPOCH_BUDGET = 9  # 2 epochs pooled per count: 2, 4, 6 climbing, 3 refining, then the pick
+TIMEOUT_S = 60.0
+
+
+def run_job(tmp: Path, *args: str, autotune: bool = True) -> tuple[list[dict], str]:
+    out = tmp / "epochs.jsonl"
+    command = [PY, "-m", "loadertop", "run", "-q", *(["--autotune"] if autotune else []), "--",
+               PY, JOB, "--out", str(out), *args]
+    proc = subprocess.run(command, env=clean_env(short_tmpdir()), cwd=REPO, capture_output=True,
+                          text=True, timeout=TIMEOUT_S, stdin=subprocess.DEVNULL)
+    assert proc.returncode == 0, proc.stderr
+    return [json.loads(line) for line in out.read_text().splitlines()], proc.stderr
+
+
+def test_a_job_started_at_two_workers_settles_at_the_knee_within_the_budget(tmp_path):
+    epochs, stderr = run_job(tmp_path, "--epochs", str(EPOCH_BUDGET + 1), "--workers", "2",
+                             "--slots", str(SLOTS), "--samples", "320", "--read-ms", "5")
+    counts = [e["num_workers"] for e in epochs]
+    assert counts[:2] == [2, 2], counts  # the program's own count is measured first
+    assert max(counts) > 2, counts
+    assert SLOTS <= counts[EPOCH_BUDGET] <= SLOTS + 2, counts
+    for e in epochs:
+        assert sorted(e["indices"]) == list(range(320))
+    line = re.search(r"autotune of 'loader': settled on num_workers=(\d+) \((\d+) samples/s, "
+                     r"\+(\d+)% over the program's 2\)", stderr)
+    assert line is not None, stderr
+    assert SLOTS <= int(line.group(1)) <= SLOTS + 2
+    assert int(line.group(3)) >= 40  # the store serves twice the reads of 2 workers
+
+
+@pytest.mark.parametrize("options", [(), ("--persistent", "--spawn")],
+                         ids=["fork", "spawn-persistent"])
+def test_every_epoch_yields_each_index_once(tmp_path, options):
+    """(Forked persistent workers: the next test.)"""
+    epochs, _ = run_job(tmp_path, "--epochs", "3", "--workers", "2", "--slots", "8", "--samples",
+                        "48", "--read-ms", "4", "--shuffle", *options)
+    assert len({e["num_workers"] for e in epochs}) == 2  # 2 measured, then another count
+    for e in epochs:
+        assert sorted(e["indices"]) == list(range(48))
+
+
+def test_restarted_persistent_workers_keep_the_samplers_order_and_the_programs_random_stream(
+        tmp_path):
+    """torch draws a new iterator's worker seed from the generator the shuffle uses (the global
+    one here): the restart must not, or every later epoch's order would shift."""
+    job = ("--epochs", "5", "--workers", "2", "--slots", "8", "--samples", "64", "--read-ms", "4",
+           "--shuffle", "--persistent")
+    tuned, _ = run_job(tmp_path, *job)
+    plain, stderr = run_job(tmp_path, *job, autotune=False)
+    assert "autotune" not in stderr
+    assert len({e["num_workers"] for e in tuned}) >= 2
+    assert {e["num_workers"] for e in plain} == {2}  # without --autotune nothing changes
+    for e in tuned:
+        assert sorted(e["indices"]) == list(range(64))
+    assert [e["indices"] for e in tuned] == [e["indices"] for e in plain]
+    assert [e["program_random"] for e in tuned] == [e["program_random"] for e in plain]
+
+
+def test_an_iterable_dataset_is_told_about_at_start(tmp_path):
+    epochs, stderr = run_job(tmp_path, "--epochs", "4", "--workers", "2", "--samples", "64",
+                             "--read-ms", "2", "--iterable")
+    assert "IterableDataset" in stderr and "should not use --autotune" in stderr
+    assert stderr.count("IterableDataset") == 1
+    for e in epochs:
+        assert sorted(e["indices"]) == list(range(64))  # this dataset shards by worker id
