@@ -31,12 +31,14 @@ EPOCH_BUDGET = 9  # 2 epochs pooled per count: 2, 4, 6 climbing, 3 refining, the
 TIMEOUT_S = 60.0
 
 
-def run_job(tmp: Path, *args: str, autotune: bool = True) -> tuple[list[dict], str]:
+def run_job(tmp: Path, *args: str, autotune: bool = True,
+            env: dict[str, str] | None = None) -> tuple[list[dict], str]:
     out = tmp / "epochs.jsonl"
     command = [PY, "-m", "loadertop", "run", "-q", *(["--autotune"] if autotune else []), "--",
                PY, JOB, "--out", str(out), *args]
-    proc = subprocess.run(command, env=clean_env(short_tmpdir()), cwd=REPO, capture_output=True,
-                          text=True, timeout=TIMEOUT_S, stdin=subprocess.DEVNULL)
+    proc = subprocess.run(command, env=env or clean_env(short_tmpdir()), cwd=REPO,
+                          capture_output=True, text=True, timeout=TIMEOUT_S,
+                          stdin=subprocess.DEVNULL)
     assert proc.returncode == 0, proc.stderr
     return [json.loads(line) for line in out.read_text().splitlines()], proc.stderr
 
@@ -85,10 +87,20 @@ def test_restarted_persistent_workers_keep_the_samplers_order_and_the_programs_r
     assert [e["program_random"] for e in tuned] == [e["program_random"] for e in plain]
 
 
-def test_an_iterable_dataset_is_told_about_at_start(tmp_path):
+def test_an_iterable_dataset_is_told_about_at_start_and_the_black_box_keeps_the_decisions(
+        tmp_path):
+    env = clean_env(short_tmpdir())
     epochs, stderr = run_job(tmp_path, "--epochs", "4", "--workers", "2", "--samples", "64",
-                             "--read-ms", "2", "--iterable")
+                             "--read-ms", "2", "--iterable", env=env)
     assert "IterableDataset" in stderr and "should not use --autotune" in stderr
     assert stderr.count("IterableDataset") == 1
     for e in epochs:
         assert sorted(e["indices"]) == list(range(64))  # this dataset shards by worker id
+    snapshot = subprocess.run([PY, "-m", "loadertop", "snapshot", "--from", "last", "--json"],
+                              env=env, cwd=REPO, capture_output=True, text=True, timeout=TIMEOUT_S)
+    assert snapshot.returncode == 0, snapshot.stderr
+    tune = json.loads(snapshot.stdout)["sources"][0]["autotune"]
+    assert tune["program_num_workers"] == 2 and tune["state"] in ("exploring", "settled")
+    assert [t["num_workers"] for t in tune["tried"]][:2] == [2, 4]
+    assert tune["tried"][0]["epochs"] == 2 and tune["tried"][0]["samples_per_s"] > 0
+    assert tune["best"]["num_workers"] in (2, 4) and tune["reason"]

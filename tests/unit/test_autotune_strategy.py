@@ -127,3 +127,26 @@ def test_the_climb_stops_at_the_maximum():
     tuner = EpochTuner(2, max_workers=3)
     counts = run(tuner, knee(16), 10)
     assert max(counts) == 3 and tuner.num_workers == 3
+
+
+def test_the_viewers_line_says_what_the_tuner_does_and_what_it_gained():
+    from loadertop import wire
+    from loadertop.client.model import _autotune
+    from loadertop.views.text import autotune_words
+
+    report = wire.AutotuneReport(
+        state="exploring", num_workers=6, program_num_workers=2, epoch=7, best_num_workers=5,
+        best_samples_per_s=244.0, reason="refining around 5: trying 6",
+        tried=(wire.AutotuneSetting(num_workers=2, samples_per_s=97.6, noise=0.01, epochs=2),
+               wire.AutotuneSetting(num_workers=5, samples_per_s=244.0, noise=0.02, epochs=2)))
+    import msgspec
+
+    decoded = msgspec.msgpack.decode(msgspec.msgpack.encode(report), type=wire.AutotuneReport)
+    figures = _autotune(decoded)
+
+    class _Src:
+        autotune = figures
+
+    assert autotune_words(_Src()) == ("autotune · epoch 7 · trying 6 workers · 5 gave 244 "  # type: ignore[arg-type]
+                                      "samples/s, +150 % over the program's 2")
+    assert _autotune(None) is None
