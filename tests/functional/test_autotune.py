@@ -31,11 +31,11 @@ EPOCH_BUDGET = 9  # 2 epochs pooled per count: 2, 4, 6 climbing, 3 refining, the
 TIMEOUT_S = 60.0
 
 
-def run_job(tmp: Path, *args: str, autotune: bool = True,
-            env: dict[str, str] | None = None) -> tuple[list[dict], str]:
+def run_job(tmp: Path, *args: str, autotune: bool = True, env: dict[str, str] | None = None,
+            launcher: bool = True) -> tuple[list[dict], str]:
     out = tmp / "epochs.jsonl"
-    command = [PY, "-m", "loadertop", "run", "-q", *(["--autotune"] if autotune else []), "--",
-               PY, JOB, "--out", str(out), *args]
+    run = [PY, "-m", "loadertop", "run", "-q", *(["--autotune"] if autotune else []), "--"]
+    command = [*(run if launcher else []), PY, JOB, "--out", str(out), *args]
     proc = subprocess.run(command, env=env or clean_env(short_tmpdir()), cwd=REPO,
                           capture_output=True, text=True, timeout=TIMEOUT_S,
                           stdin=subprocess.DEVNULL)
@@ -59,12 +59,14 @@ def test_a_job_started_at_two_workers_settles_at_the_knee_within_the_budget(tmp_
     assert int(line.group(3)) >= 40  # the store serves twice the reads of 2 workers
 
 
-@pytest.mark.parametrize("options", [(), ("--persistent", "--spawn")],
-                         ids=["fork", "spawn-persistent"])
+@pytest.mark.parametrize("options", [(), ("--persistent", "--spawn"), ("--instrument",)],
+                         ids=["fork", "spawn-persistent", "instrument-autotune"])
 def test_every_epoch_yields_each_index_once(tmp_path, options):
-    """(Forked persistent workers: the next test.)"""
+    """(Forked persistent workers: the next test.) `instrument(loader, autotune=True)` tunes
+    without `run`."""
     epochs, _ = run_job(tmp_path, "--epochs", "3", "--workers", "2", "--slots", "8", "--samples",
-                        "48", "--read-ms", "4", "--shuffle", *options)
+                        "48", "--read-ms", "4", "--shuffle", *options,
+                        launcher="--instrument" not in options)
     assert len({e["num_workers"] for e in epochs}) == 2  # 2 measured, then another count
     for e in epochs:
         assert sorted(e["indices"]) == list(range(48))

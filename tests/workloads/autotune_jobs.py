@@ -4,7 +4,7 @@ workers; each read sleeps READ_MS while holding a slot), so samples/s grow with 
 SLOTS and stay flat after.
 
     python autotune_jobs.py --epochs N [--workers 2] [--slots 4] [--samples 400] [--read-ms 5]
-        [--persistent] [--spawn] [--iterable] [--out FILE]
+        [--persistent] [--spawn] [--iterable] [--instrument] [--out FILE]
 
 Every epoch writes one JSON line to --out: the sample indices it yielded, in order, the loader's
 num_workers during it, and its seconds. Spawned workers get the semaphore through the dataset
@@ -66,6 +66,8 @@ def main() -> None:
     p.add_argument("--spawn", action="store_true")
     p.add_argument("--iterable", action="store_true")
     p.add_argument("--shuffle", action="store_true")
+    p.add_argument("--instrument", action="store_true",
+                   help="loadertop.instrument(loader, autotune=True), for a run without `run`")
     p.add_argument("--out")
     a = p.parse_args()
     context = multiprocessing.get_context("spawn" if a.spawn else "fork")
@@ -75,6 +77,10 @@ def main() -> None:
     loader = DataLoader(dataset, batch_size=a.batch_size, num_workers=a.workers,
                         shuffle=a.shuffle and not a.iterable, persistent_workers=a.persistent,
                         multiprocessing_context=context if a.workers else None)
+    if a.instrument:
+        import loadertop
+
+        loader = loadertop.instrument(loader, autotune=True)
     torch.manual_seed(0)  # the shuffle draws from the global generator, as does the program
     out = open(a.out, "w") if a.out else None
     started = time.perf_counter()
