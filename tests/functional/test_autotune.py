@@ -13,14 +13,16 @@ samples/s grow with num_workers up to SLOTS and stay flat after.
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import sys
+import uuid
 from pathlib import Path
 
 import pytest
 
-from conftest import REPO, WORKLOADS, clean_env, short_tmpdir
+from conftest import REPO, WORKLOADS, clean_env, short_tmpdir, wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -32,13 +34,19 @@ TIMEOUT_S = 60.0
 
 
 def run_job(tmp: Path, *args: str, autotune: bool = True, env: dict[str, str] | None = None,
-            launcher: bool = True) -> tuple[list[dict], str]:
+            launcher: bool = True, cgroup: Path | None = None) -> tuple[list[dict], str]:
     out = tmp / "epochs.jsonl"
     run = [PY, "-m", "loadertop", "run", "-q", *(["--autotune"] if autotune else []), "--"]
     command = [*(run if launcher else []), PY, JOB, "--out", str(out), *args]
+    procs = cgroup / "cgroup.procs" if cgroup is not None else None
+
+    def enter_the_cgroup() -> None:
+        if procs is not None:
+            procs.write_text(str(os.getpid()))
+
     proc = subprocess.run(command, env=env or clean_env(short_tmpdir()), cwd=REPO,
                           capture_output=True, text=True, timeout=TIMEOUT_S,
-                          stdin=subprocess.DEVNULL)
+                          stdin=subprocess.DEVNULL, preexec_fn=enter_the_cgroup)
     assert proc.returncode == 0, proc.stderr
     return [json.loads(line) for line in out.read_text().splitlines()], proc.stderr
 
@@ -106,3 +114,46 @@ def test_an_iterable_dataset_is_told_about_at_start_and_the_black_box_keeps_the_
     assert [t["num_workers"] for t in tune["tried"]][:2] == [2, 4]
     assert tune["tried"][0]["epochs"] == 2 and tune["tried"][0]["samples_per_s"] > 0
     assert tune["best"]["num_workers"] in (2, 4) and tune["reason"]
+
+
+def _v1_memory_cgroup(limit_mib: int) -> Path | None:
+    """A fresh v1 memory cgroup under this process's own (as test_blackbox_endings makes one), or
+    None where none can be made."""
+    try:
+        lines = Path("/proc/self/cgroup").read_text().splitlines()
+        path = next(line.split(":", 2)[2] for line in lines
+                    if "memory" in line.split(":", 2)[1].split(","))
+        group = Path("/sys/fs/cgroup/memory") / path.lstrip("/") / f"lt-at-{uuid.uuid4().hex[:8]}"
+        group.mkdir()
+    except (OSError, StopIteration):
+        return None
+    try:
+        (group / "memory.limit_in_bytes").write_text(str(limit_mib * 1024 * 1024))
+        (group / "memory.swappiness").write_text("0")
+    except OSError:
+        group.rmdir()
+        return None
+    return group
+
+
+def test_memory_pressure_backs_off_at_once_and_that_count_is_never_tried_again(tmp_path):
+    """From worker id 2 on, the job's workers fill its memory cgroup to 93 %: the epoch at 4
+    workers ends under the 10 % margin, so the tuner goes back to 2 and never tries 4 (or more)."""
+    group = _v1_memory_cgroup(1024)
+    if group is None:
+        pytest.skip("no v1 memory cgroup can be created here")
+    try:
+        epochs, stderr = run_job(tmp_path, "--epochs", "6", "--workers", "2", "--slots", "8",
+                                 "--samples", "48", "--read-ms", "4", "--persistent",
+                                 "--fill-cgroup-from-worker", "2", cgroup=group)
+    finally:
+        for _ in range(50):  # the last pages are uncharged asynchronously
+            try:
+                group.rmdir()
+                break
+            except OSError:
+                wait_for(lambda: not (group / "cgroup.procs").read_text().strip(), 5,
+                         "an empty cgroup")
+    counts = [e["num_workers"] for e in epochs]
+    assert counts == [2, 2, 4, 2, 2, 2], (counts, stderr)
+    assert "settled on num_workers=2" in stderr

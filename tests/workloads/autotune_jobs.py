@@ -24,16 +24,36 @@ import torch
 from torch.utils.data import DataLoader, Dataset, IterableDataset, get_worker_info
 
 
+_ballast: list[bytes] = []
+
+
+def fill_cgroup(share: float, lock) -> None:
+    """Hold memory until this process's (v1) memory cgroup is `share` full: once, under `lock`
+    so that two workers do not both fill it. Pages written (a bytes of ones), so charged."""
+    if _ballast:
+        return
+    path = open("/proc/self/cgroup").read().split("memory:", 1)[1].splitlines()[0]
+    group = "/sys/fs/cgroup/memory" + path
+    with lock:
+        limit = int(open(f"{group}/memory.limit_in_bytes").read())
+        used = int(open(f"{group}/memory.usage_in_bytes").read())
+        _ballast.append(b"\x01" * max(0, int(limit * share) - used))
+
+
 class SlotStore(Dataset):
-    def __init__(self, n: int, slots, read_s: float) -> None:
+    def __init__(self, n: int, slots, read_s: float, fill=None) -> None:
         self.n = n
         self.slots = slots
         self.read_s = read_s
+        self.fill = fill  # (from worker id, share, lock): workers from that id fill the cgroup
 
     def __len__(self) -> int:
         return self.n
 
     def __getitem__(self, i: int):
+        info = get_worker_info()
+        if self.fill is not None and info is not None and info.id >= self.fill[0]:
+            fill_cgroup(self.fill[1], self.fill[2])
         with self.slots:
             time.sleep(self.read_s)
         return torch.tensor(i)
@@ -68,12 +88,18 @@ def main() -> None:
     p.add_argument("--shuffle", action="store_true")
     p.add_argument("--instrument", action="store_true",
                    help="loadertop.instrument(loader, autotune=True), for a run without `run`")
+    p.add_argument("--fill-cgroup-from-worker", type=int,
+                   help="workers from this id on fill the process's v1 memory cgroup to 93 %%")
     p.add_argument("--out")
     a = p.parse_args()
     context = multiprocessing.get_context("spawn" if a.spawn else "fork")
     slots = context.Semaphore(a.slots)
     kind = SlotStream if a.iterable else SlotStore
-    dataset = kind(a.samples, slots, a.read_ms / 1000)
+    fill = None
+    if a.fill_cgroup_from_worker is not None:
+        fill = (a.fill_cgroup_from_worker, 0.93, context.Lock())
+    dataset = (kind(a.samples, slots, a.read_ms / 1000) if fill is None
+               else SlotStore(a.samples, slots, a.read_ms / 1000, fill))
     loader = DataLoader(dataset, batch_size=a.batch_size, num_workers=a.workers,
                         shuffle=a.shuffle and not a.iterable, persistent_workers=a.persistent,
                         multiprocessing_context=context if a.workers else None)
