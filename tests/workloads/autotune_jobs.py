@@ -23,7 +23,6 @@ import time
 import torch
 from torch.utils.data import DataLoader, Dataset, IterableDataset, get_worker_info
 
-
 _ballast: list[bytes] = []
 
 
