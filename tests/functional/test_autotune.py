@@ -53,7 +53,8 @@ def run_job(tmp: Path, *args: str, autotune: bool = True, env: dict[str, str] | 
 
 def test_a_job_started_at_two_workers_settles_at_the_knee_within_the_budget(tmp_path):
     epochs, stderr = run_job(tmp_path, "--epochs", str(EPOCH_BUDGET + 1), "--workers", "2",
-                             "--slots", str(SLOTS), "--samples", "320", "--read-ms", "5")
+                             "--slots", str(SLOTS), "--samples", "320", "--read-ms", "5",
+                             "--persistent")
     counts = [e["num_workers"] for e in epochs]
     assert counts[:2] == [2, 2], counts  # the program's own count is measured first
     assert max(counts) > 2, counts
