@@ -14,7 +14,8 @@ touched: the epoch's batches, their order and content are the sampler's.
 
 An epoch is measured from its `iter()` to the end of its iterator (its last reference dropped:
 the `for` loop ended or broke) or the next `iter()`, whichever comes first, with torch's own
-batch count (`_num_yielded`); nothing is added to the per-batch path.
+batch count (`_num_yielded`); nothing is added to the per-batch path. A long epoch (a measurement
+by itself) leaves out its warm-up: the time to its first batch, which the record's drain measures.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ import threading
 import time
 import warnings
 import weakref
+from collections.abc import Callable
 from typing import Any
 
 from loadertop import autotune, wire
@@ -47,9 +49,13 @@ class LoaderTuner:
     training thread too (the iterator's end, or the next `begin`); the publisher thread reads
     `report()`. A lock keeps the two consistent."""
 
-    def __init__(self, loader: Any, name: str) -> None:
+    def __init__(self, loader: Any, name: str,
+                 warm_up_ms: Callable[[], float | None] | None = None) -> None:
         own = int(getattr(loader, "num_workers", 0) or 0)
         self.name = name
+        # the latest epoch's time from iter() to its first batch (the record's drain measures it)
+        self._warm_up_ms = warm_up_ms
+        self.note_batch_size(loader)
         self.tuner = autotune.EpochTuner(own, max(MAX_WORKERS_FLOOR, MAX_WORKERS_PER_CORE * _cores()))
         self.active = own > 0  # a num_workers=0 program is left as it is (docs/autotune.md)
         self._lock = threading.Lock()
@@ -132,10 +138,17 @@ class LoaderTuner:
             batches = int(getattr(inner, "_num_yielded", 0) or 0) if inner is not None else 0
         killed = _killed_worker(inner)
         pressure = killed or self._memory_pressure()
-        batch_size = self._batch_size
-        epoch = autotune.Epoch(num_workers=count, samples=batches * batch_size,
-                               seconds=(now_ns - started_ns) / 1e9, batches=batches,
-                               memory_pressure=pressure)
+        seconds = (now_ns - started_ns) / 1e9
+        measured = batches
+        if seconds >= autotune.LONG_EPOCH_S and batches > 1 and self._warm_up_ms is not None:
+            # A long epoch is a measurement by itself: its warm-up (the workers' start and the
+            # first batch) is left out, as `tune` leaves out a trial's start-up.
+            warm_up = (self._warm_up_ms() or 0.0) / 1000
+            if 0 < warm_up < seconds / 2:
+                seconds -= warm_up
+                measured = batches - 1
+        epoch = autotune.Epoch(num_workers=count, samples=measured * self._batch_size,
+                               seconds=seconds, batches=batches, memory_pressure=pressure)
         with self._lock:
             self.tuner.observe(epoch)
 

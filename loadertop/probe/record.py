@@ -77,8 +77,6 @@ class LoaderRecord(StampDrain, StagePairing, QueueSampling, WorkerResources, Han
         self._loop_cpu_clock: int | None = None  # CPU clock of the thread that iterates
         self.retired_since: float | None = None  # set by the publisher while the loader is dead
         self.autotune: LoaderTuner | None = None  # `run --autotune` (docs/contract.md §10)
-        if environment.autotune():
-            self.start_autotune(loader)
         # --- publisher-thread state, seam by seam ---
         self._init_drain()
         self._init_stage_pairing()
@@ -86,6 +84,8 @@ class LoaderRecord(StampDrain, StagePairing, QueueSampling, WorkerResources, Han
         self._init_worker_resources()
         self._init_hang_forensics()
         self._init_report_assembly()
+        if environment.autotune():  # after the drain's state, which the tuner reads
+            self.start_autotune(loader)
 
     # ------------------------------------------------------------ training thread (not hot)
     def attach(self, iterator: Any, started_ns: int | None = None) -> None:
@@ -131,7 +131,9 @@ class LoaderRecord(StampDrain, StagePairing, QueueSampling, WorkerResources, Han
         so a run without --autotune loads none of it."""
         from loadertop.probe import autotune
 
-        self.autotune = autotune.LoaderTuner(loader, self.name)
+        starts = self._epoch_starts_ms  # the drain's first-batch latencies, latest last
+        self.autotune = autotune.LoaderTuner(
+            loader, self.name, warm_up_ms=lambda: starts[-1] if starts else None)
         autotune.track(self.autotune)
 
     def refresh_config(self, loader: Any) -> None:

@@ -150,3 +150,27 @@ def test_the_viewers_line_says_what_the_tuner_does_and_what_it_gained():
     assert autotune_words(_Src()) == ("autotune · epoch 7 · trying 6 workers · 5 gave 244 "  # type: ignore[arg-type]
                                       "samples/s, +150 % over the program's 2")
     assert _autotune(None) is None
+
+
+def test_a_long_epoch_leaves_its_warm_up_out_and_a_short_one_is_measured_whole():
+    import time
+    from types import SimpleNamespace
+
+    from loadertop.probe.autotune import LoaderTuner
+
+    class Inner:  # torch's iterator, as the tuner reads it (weakly referenced)
+        _num_yielded = 101
+        _workers: list = []
+
+    loader = SimpleNamespace(num_workers=2, batch_size=8, dataset=None, persistent_workers=False)
+    tuner = LoaderTuner(loader, "train", warm_up_ms=lambda: 2000.0)
+    inner = Inner()
+    tuner.started(loader, inner, time.perf_counter_ns() - 12 * 10**9)
+    tuner.ended(tuner.epoch_token, 101)
+    (rate,) = tuner.tuner.tried[2].rates
+    assert abs(rate - 100 * 8 / 10.0) < 1.0  # 100 batches of 8 in the 10 s after the first batch
+    short = LoaderTuner(loader, "train", warm_up_ms=lambda: 1000.0)
+    short.started(loader, inner, time.perf_counter_ns() - 2 * 10**9)
+    short.ended(short.epoch_token, 101)
+    (rate,) = short.tuner.tried[2].rates
+    assert abs(rate - 101 * 8 / 2.0) < 5.0  # measured whole: warm-up is part of a short epoch
