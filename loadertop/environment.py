@@ -23,6 +23,7 @@ LOADERTOP_BLACKBOX_MIB = "LOADERTOP_BLACKBOX_MIB"  # the black box's budget per 
 LOADERTOP_RUN = "LOADERTOP_RUN"  # "1": the start-up hook instruments DataLoaders
 LOADERTOP_RUN_WARNED = "LOADERTOP_RUN_WARNED"  # the "cannot import loadertop" line was printed
 LOADERTOP_RUN_PORT_BASE = "LOADERTOP_RUN_PORT_BASE"  # --listen before the per-rank port offset
+LOADERTOP_AUTOTUNE = "LOADERTOP_AUTOTUNE"  # "1": `run --autotune` tunes num_workers between epochs
 
 # ---- set by `loadertop tune` for the program of one trial (internal)
 LOADERTOP_TUNE_NUM_WORKERS = "LOADERTOP_TUNE_NUM_WORKERS"  # every DataLoader gets this num_workers
@@ -37,7 +38,7 @@ RANK_VARIABLES = (RANK, LOCAL_RANK, SLURM_PROCID)  # a source's rank: the first 
 LOADERTOP_VARIABLES = (LOADERTOP_DISABLE, LOADERTOP_DIR, LOADERTOP_ENDPOINT, LOADERTOP_CURVE_SECRET,
                        LOADERTOP_AUTHORIZED_KEYS, LOADERTOP_RUN, LOADERTOP_RUN_WARNED,
                        LOADERTOP_RUN_PORT_BASE, LOADERTOP_SHM_PATH, LOADERTOP_RESOURCE_S,
-                       LOADERTOP_TUNE_NUM_WORKERS, LOADERTOP_BLACKBOX_MIB)
+                       LOADERTOP_TUNE_NUM_WORKERS, LOADERTOP_BLACKBOX_MIB, LOADERTOP_AUTOTUNE)
 
 
 def disabled(environ: Mapping[str, str] = os.environ) -> bool:
@@ -53,6 +54,11 @@ def endpoint(environ: Mapping[str, str] = os.environ) -> str | None:
 def run_hook_enabled(environ: Mapping[str, str] = os.environ) -> bool:
     """True inside a program started by `loadertop run` (it sets LOADERTOP_RUN=1)."""
     return environ.get(LOADERTOP_RUN) == "1"
+
+
+def autotune(environ: Mapping[str, str] = os.environ) -> bool:
+    """True inside a program started by `loadertop run --autotune` (docs/contract.md §10)."""
+    return environ.get(LOADERTOP_AUTOTUNE) == "1"
 
 
 def tune_num_workers(environ: Mapping[str, str] = os.environ) -> int | None:

@@ -31,6 +31,7 @@ def child_env(environ: Mapping[str, str], listen: str | None) -> dict[str, str]:
     env[environment.LOADERTOP_RUN] = "1"
     env.pop(environment.LOADERTOP_RUN_WARNED, None)
     env.pop(environment.LOADERTOP_RUN_PORT_BASE, None)  # a nested run starts from its own --listen
+    env.pop(environment.LOADERTOP_AUTOTUNE, None)  # only `run --autotune` sets it, for its own child
     parts = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p and p != BOOTSTRAP_DIR]
     env["PYTHONPATH"] = os.pathsep.join([BOOTSTRAP_DIR, *parts])
     if listen:

@@ -210,6 +210,29 @@ class StageReport(msgspec.Struct, frozen=True, gc=False):
     batch_bytes: Count | None = None  # ... and their bytes
 
 
+class AutotuneSetting(msgspec.Struct, frozen=True, gc=False):
+    """One num_workers `run --autotune` measured (docs/contract.md §10)."""
+
+    num_workers: Count
+    samples_per_s: Annotated[float, Meta(ge=0)] | None
+    noise: Annotated[float, Meta(ge=0)]  # the rate's standard error, relative to it
+    epochs: Count
+    note: ShortText | None = None  # "memory" or "failed": never tried again in the run
+
+
+class AutotuneReport(msgspec.Struct, frozen=True, gc=False):
+    """What `run --autotune` is doing with this loader's num_workers (docs/contract.md §10)."""
+
+    state: ShortText  # exploring | settled | backing_off
+    num_workers: Count  # the count of the epoch running now (or the next one)
+    program_num_workers: Count  # the program's own
+    epoch: Count  # epochs the tuner has seen end
+    best_num_workers: Count | None
+    best_samples_per_s: Annotated[float, Meta(ge=0)] | None
+    tried: Annotated[tuple[AutotuneSetting, ...], Meta(max_length=256)]
+    reason: Text
+
+
 class LoaderReport(msgspec.Struct, frozen=True, gc=False, tag="loader"):
     """One loader's activity since its previous report; identity and config repeat in every report
     so a viewer that joins late needs only one message to know the source."""
@@ -257,6 +280,8 @@ class LoaderReport(msgspec.Struct, frozen=True, gc=False, tag="loader"):
     # an older probe): what `loadertop export` serves as Prometheus histograms.
     wait_histogram: Histogram | None = None
     step_histogram: Histogram | None = None
+    # `run --autotune` only (None otherwise, and from an older probe): docs/contract.md §10.
+    autotune: AutotuneReport | None = None
 
 
 class GpuProcess(msgspec.Struct, frozen=True, gc=False):

@@ -172,6 +172,31 @@ class ProcessFigures(_Figures, frozen=True, kw_only=True):
     loop_cpu_cores: NonNegative | None = None
 
 
+class AutotuneBest(_Figures, frozen=True, kw_only=True):
+    num_workers: Count
+    samples_per_s: NonNegative | None
+
+
+class AutotuneTried(_Figures, frozen=True, kw_only=True):
+    num_workers: Count
+    samples_per_s: NonNegative | None
+    noise: NonNegative  # the rate's standard error, relative to it
+    epochs: Count
+    note: str | None = None  # "memory" or "failed": never tried again in the run
+
+
+class AutotuneFigures(_Figures, frozen=True, kw_only=True):
+    """`run --autotune`'s state for one loader (docs/contract.md §10)."""
+
+    state: str  # exploring | settled | backing_off
+    num_workers: Count  # the count of the epoch running now
+    program_num_workers: Count
+    epoch: Count  # epochs the tuner has seen end
+    best: AutotuneBest | None
+    tried: tuple[AutotuneTried, ...]
+    reason: str
+
+
 class SettingFigures(_Figures, frozen=True, kw_only=True):
     """An earlier setting of this loader in this run: the program re-created it with another
     `num_workers` or `batch_size`. Its latest stretch (up to 30 s, start-up excluded), as sums."""
@@ -327,6 +352,7 @@ class SourceFigures(_Figures, frozen=True, kw_only=True):
     # count them.
     wait_histogram: HistogramFigures | None = None
     step_histogram: HistogramFigures | None = None
+    autotune: AutotuneFigures | None = None  # `run --autotune` only (docs/contract.md §10)
 
 
 class Source(SourceFigures, frozen=True, kw_only=True):

@@ -30,6 +30,9 @@ from loadertop import diagnosis, findings, wire
 from loadertop.client import ranks
 from loadertop.client.document import (
     SNAPSHOT_SCHEMA,
+    AutotuneBest,
+    AutotuneFigures,
+    AutotuneTried,
     Document,
     EndFigures,
     Finding,
@@ -487,6 +490,7 @@ class Model:
             earlier_settings=state.settings.earlier(),
             wait_histogram=histogram_figures(last.wait_histogram),
             step_histogram=histogram_figures(last.step_histogram),
+            autotune=_autotune(last.autotune),
         )
 
     @staticmethod
@@ -663,3 +667,19 @@ def _stack(stack: wire.Stack | None) -> StackFigures | None:
     user = stack.user_frame if stack.user_frame is not None and \
         stack.user_frame < len(stack.frames) else None
     return StackFigures(frames=tuple(stack.frames), user_frame=user, taken_at=stack.taken_at)
+
+
+def _autotune(report: wire.AutotuneReport | None) -> AutotuneFigures | None:
+    """The probe's `run --autotune` state as the document shows it (docs/contract.md §10)."""
+    if report is None:
+        return None
+    best = (AutotuneBest(num_workers=report.best_num_workers,
+                         samples_per_s=_round(report.best_samples_per_s))
+            if report.best_num_workers is not None else None)
+    return AutotuneFigures(
+        state=report.state, num_workers=report.num_workers,
+        program_num_workers=report.program_num_workers, epoch=report.epoch, best=best,
+        tried=tuple(AutotuneTried(num_workers=t.num_workers, samples_per_s=_round(t.samples_per_s),
+                                  noise=round(t.noise, 4), epochs=t.epochs, note=t.note)
+                    for t in report.tried),
+        reason=report.reason)

@@ -38,7 +38,7 @@ SI_KERNEL = 0x80  # Linux si_code of a signal the kernel sent: a terminal's ^C, 
 WAIT_SLICE_S = 0.5  # sigtimedwait's timeout: only a safety net, SIGCHLD wakes us at once
 
 USAGE = """\
-usage: loadertop run [--listen ENDPOINT] [--quiet] [--] COMMAND [ARG ...]
+usage: loadertop run [--listen ENDPOINT] [--autotune] [--quiet] [--] COMMAND [ARG ...]
 
 Run COMMAND with every torch.utils.data.DataLoader it creates instrumented, no code change:
   loadertop run -- python train.py --epochs 10
@@ -51,6 +51,9 @@ options:
                      or PORT alone (= tcp://127.0.0.1:PORT). With torchrun, local rank N listens
                      on PORT+N. A host beyond loopback (0.0.0.0) makes the figures reachable from
                      the network: see docs/remote.md (SSH forwarding, CurveZMQ keys).
+  --autotune         tune each loader's num_workers between epochs, inside this run (the order
+                     and content of batches do not change; which worker makes which batch does:
+                     see docs/autotune.md). At exit one line per loader says where it settled.
   -q, --quiet        do not print the one-line hint on stderr
   -h, --help         show this help
 
@@ -62,11 +65,11 @@ loader1, ...; loaders wrapped with loadertop.instrument(...) keep their name and
 
 
 def parse(argv: list[str]) -> tuple[dict[str, Any], list[str]]:
-    """({listen, quiet, help}, command) — options stop at `--` or at the first non-option.
+    """({listen, quiet, help, autotune}, command) — options stop at `--` or at the first non-option.
 
     `run`'s parser, written by hand rather than with argparse: `run` starts before the job, and
     its own start-up (argparse and gettext with it) would be added to every job's."""
-    opts: dict[str, Any] = {"listen": None, "quiet": False, "help": False}
+    opts: dict[str, Any] = {"listen": None, "quiet": False, "help": False, "autotune": False}
     i = 0
     while i < len(argv):
         arg = argv[i]
@@ -78,6 +81,8 @@ def parse(argv: list[str]) -> tuple[dict[str, Any], list[str]]:
             return opts, []
         if arg in ("-q", "--quiet"):
             opts["quiet"] = True
+        elif arg == "--autotune":
+            opts["autotune"] = True
         elif arg == "--listen" or arg.startswith("--listen="):
             if "=" in arg:
                 value = arg.split("=", 1)[1]
@@ -113,6 +118,8 @@ def main(argv: list[str]) -> int:
         sys.stdout.write(USAGE)
         return 0
     env = child_env(os.environ, opts["listen"])
+    if opts["autotune"]:
+        env[environment.LOADERTOP_AUTOTUNE] = "1"
     if not opts["quiet"]:
         print(_hint(env), file=sys.stderr, flush=True)
     warning = torch_warning(command, env)

@@ -214,6 +214,9 @@ def instrumented_iter(loader, record: LoaderRecord, endpoint: str | None, origin
     `iterators`: (multi-worker, num_workers=0) classes of `_iterator_classes`; by default those of
     HOT_PATH (tests and the benchmark pass PY_ITERATORS to run the pure-Python one).
     """
+    tuner = record.autotune if record.autotune is not None and record.autotune.active else None
+    if tuner is not None:  # `run --autotune`: the epoch boundary, where the count may change
+        tuner.begin(loader)
     record.refresh_config(loader)  # before torch forks the workers: see LoaderRecord.attach
     num_workers = getattr(loader, "num_workers", 0) or 0
     hooked = num_workers > 0 and hasattr(loader, "worker_init_fn")
@@ -225,14 +228,47 @@ def instrumented_iter(loader, record: LoaderRecord, endpoint: str | None, origin
     started = _clock()  # the epoch's start: torch starts the workers inside this call
     _inside.active = True
     try:
-        inner = original_iter(loader)
+        inner = original_iter(loader) if tuner is None else tuner.create(loader, original_iter)
     finally:
         _inside.active = False
         if hooked:
             loader.worker_init_fn = original
-    record.attach(inner, started)
     multi, single = iterators or (_InstrumentedIterator, _SingleProcessIterator)
+    if tuner is not None:
+        record.refresh_config(loader)  # a count that could not start was reverted in create()
+        record.attach(inner, started)
+        tuner.started(loader, inner, started)
+        return _tuned_class(multi)(inner, record, tuner)
+    record.attach(inner, started)
     return (single if num_workers == 0 else multi)(inner, record)
+
+
+_TUNED: dict[type, type] = {}
+
+
+def _tuned_class(multi: type) -> type:
+    """The multi-worker iterator of `run --autotune`: the same per-batch path (inherited), and
+    when its last reference goes (the loop ended or broke) it tells the tuner the epoch's end and
+    torch's batch count. Used only with autotune on: without it the iterator is `multi` itself."""
+    cls = _TUNED.get(multi)
+    if cls is None:
+        class _TunedIterator(multi):
+            __slots__ = ("_lt_tuner", "_lt_token")
+
+            def __init__(self, inner, record: LoaderRecord, tuner) -> None:
+                super().__init__(inner, record)
+                self._lt_tuner = tuner
+                self._lt_token = tuner.epoch_token
+
+            def __del__(self) -> None:
+                try:
+                    self._lt_tuner.ended(self._lt_token,
+                                         getattr(self._inner, "_num_yielded", None))
+                except Exception:  # never from a finalizer into the program
+                    pass
+
+        cls = _TUNED[multi] = _TunedIterator
+    return cls
 
 
 def _generators_for_fork(loader, user_init_fn) -> list | None:
@@ -293,11 +329,13 @@ class InstrumentedDataLoader:
         return self._lt_record.source
 
 
-def instrument(loader, *, name: str | None = None, endpoint: str | None = None):
+def instrument(loader, *, name: str | None = None, endpoint: str | None = None,
+               autotune: bool = False):
     """Wrap `loader` so every batch's wait is measured and published; see docs/contract.md §1.
 
     `endpoint` overrides LOADERTOP_ENDPOINT for this process's publisher (the first call that
     starts the publisher decides). With LOADERTOP_DISABLE=1 the loader is returned untouched.
+    `autotune`: tune its num_workers between epochs, as `run --autotune` does (§10).
     """
     if environment.disabled():
         return loader
@@ -311,4 +349,6 @@ def instrument(loader, *, name: str | None = None, endpoint: str | None = None):
     except Exception as exc:  # never let observing break training
         warn_once(f"instrumentation disabled: {exc!r}")
         return loader
+    if autotune and record.autotune is None:
+        record.start_autotune(loader)
     return InstrumentedDataLoader(loader, record, publisher.worker_endpoint)

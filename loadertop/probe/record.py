@@ -26,7 +26,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from loadertop import wire
+from loadertop import environment, wire
 from loadertop.probe import torch_internals
 from loadertop.probe.hang_forensics import HangForensics
 from loadertop.probe.queue_sampling import QueueSampling
@@ -36,6 +36,7 @@ from loadertop.probe.stamp_drain import EPOCH_MARK, StampDrain, new_events
 from loadertop.probe.worker_resources import WorkerResources
 
 if TYPE_CHECKING:
+    from loadertop.probe.autotune import LoaderTuner
     from loadertop.probe.record_state import LoopSample
 
 LOOP_CPU_SAMPLE_NS = 10_000_000  # num_workers=0: measure the loop's fetch CPU every >= 10 ms
@@ -75,6 +76,7 @@ class LoaderRecord(StampDrain, StagePairing, QueueSampling, WorkerResources, Han
         self._config_key: tuple[Any, ...] | None = torch_internals.settings_key(loader)
         self._loop_cpu_clock: int | None = None  # CPU clock of the thread that iterates
         self.retired_since: float | None = None  # set by the publisher while the loader is dead
+        self.autotune: LoaderTuner | None = None  # `run --autotune` (docs/contract.md §10)
         # --- publisher-thread state, seam by seam ---
         self._init_drain()
         self._init_stage_pairing()
@@ -82,6 +84,8 @@ class LoaderRecord(StampDrain, StagePairing, QueueSampling, WorkerResources, Han
         self._init_worker_resources()
         self._init_hang_forensics()
         self._init_report_assembly()
+        if environment.autotune():  # after the drain's state, which the tuner reads
+            self.start_autotune(loader)
 
     # ------------------------------------------------------------ training thread (not hot)
     def attach(self, iterator: Any, started_ns: int | None = None) -> None:
@@ -121,6 +125,16 @@ class LoaderRecord(StampDrain, StagePairing, QueueSampling, WorkerResources, Han
         self._pairings.append(pairing)
         self._iter_starts.append(started_ns)
         self.events.append(EPOCH_MARK)
+
+    def start_autotune(self, loader: Any) -> None:
+        """Tune this loader's num_workers between epochs (probe/autotune.py); imported only here,
+        so a run without --autotune loads none of it."""
+        from loadertop.probe import autotune
+
+        starts = self._epoch_starts_ms  # the drain's first-batch latencies, latest last
+        self.autotune = autotune.LoaderTuner(
+            loader, self.name, warm_up_ms=lambda: starts[-1] if starts else None)
+        autotune.track(self.autotune)
 
     def refresh_config(self, loader: Any) -> None:
         """The loader's settings, read again before each epoch's iterator (and so before torch

@@ -14,6 +14,7 @@ from typing import Any
 
 from loadertop import wire
 from loadertop.probe._hotpath import StampRing
+from loadertop.probe.autotune import LoaderTuner
 from loadertop.probe.hang_forensics import _StackAsk
 from loadertop.probe.histograms import BucketCounts
 from loadertop.probe.stage_pairing import EpochPairing
@@ -38,6 +39,7 @@ class RecordState:
     _unresolved: deque[EpochPairing]
     _iter_starts: deque[int | None]
     error: wire.LoopError | None
+    autotune: LoaderTuner | None
     _error_new: bool
     _loop_thread: int | None
     unhooked_pids: set[int]

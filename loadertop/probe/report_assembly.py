@@ -113,6 +113,7 @@ class ReportAssembly(RecordState):
             rng_checked=rng_checked, rng_shared=rng_shared, **self._cpu_used(),  # type: ignore[arg-type]
             wait_histogram=self._wait_buckets.histogram(),
             step_histogram=self._step_buckets.histogram(),
+            autotune=self.autotune.report() if self.autotune is not None else None,
         )
         self.pending_resources = None
         self.seq += 1

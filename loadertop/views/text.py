@@ -214,6 +214,27 @@ def earlier_settings_words(src: Source) -> str:
     return "; ".join(parts)
 
 
+def autotune_words(src: Source) -> str | None:
+    """`run --autotune`'s one line, e.g. "autotune · epoch 7 · trying 6 workers · 5 gave 244
+    samples/s, +150 % over the program's 2" (None without --autotune)."""
+    tune = src.autotune
+    if tune is None:
+        return None
+    doing = {"settled": f"settled on {tune.num_workers} workers",
+             "backing_off": f"backing off to {tune.num_workers} workers"}.get(
+                 tune.state, f"trying {tune.num_workers} workers")
+    words = f"autotune · epoch {tune.epoch} · {doing}"
+    best = tune.best
+    if best is not None and best.samples_per_s is not None:
+        words += f" · {best.num_workers} gave {fmt_per_s(best.samples_per_s)} samples/s"
+        own = next((t.samples_per_s for t in tune.tried
+                    if t.num_workers == tune.program_num_workers and t.samples_per_s), None)
+        if own and best.num_workers != tune.program_num_workers:
+            words += (f", {best.samples_per_s / own - 1:+.0%} over the program's "
+                      f"{tune.program_num_workers}").replace("%", " %")
+    return words
+
+
 def _stats(stats: Stats | None) -> str:
     if stats is None:
         return MISSING
@@ -279,6 +300,10 @@ def _source_lines(src: Source, with_verdict: bool) -> list[str]:
         f"  queue ready {_q(q.ready)} · in flight {_q(q.in_flight)} · capacity {_q(q.capacity)}",
     ]
     out.extend(_time_lines(src))
+    tuned = autotune_words(src)
+    if tuned is not None and src.autotune is not None:
+        out.append(f"  {tuned}")
+        out.append(f"    why: {src.autotune.reason}")
     if src.earlier_settings:
         out.append("  earlier in this run: " + earlier_settings_words(src))
     fetch = src.loop.fetch_ms

@@ -27,6 +27,7 @@ from loadertop.tui.widgets.history import History, LoaderSeries
 from loadertop.tui.widgets.panel import Panel
 from loadertop.views.text import (
     TimeShares,
+    autotune_words,
     earlier_settings_words,
     process_cpu_words,
     shown_state,
@@ -99,6 +100,9 @@ class LoaderPanel(Panel):
             out.append((("step  ", "bold"), *stats_spans(src.step_ms, ("p50", "p95")),
                         (process, DIM)))
         out.append(self._queue_line(src, width))
+        tuned = autotune_words(src)
+        if tuned is not None:
+            out.append(((tuned[:width], ACCENT),))
 
         waits = self._history.loader(self.WAIT_P95, src.id)
         rates = self._history.loader(self.RATE, src.id)

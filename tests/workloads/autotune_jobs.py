@@ -1,0 +1,130 @@
+"""A plain torch job (no loadertop import) for `run --autotune`'s tests and benchmark: its storage
+serves SLOTS reads at once (a multiprocessing semaphore made before the loader, shared with forked
+workers; each read sleeps READ_MS while holding a slot), so samples/s grow with num_workers up to
+SLOTS and stay flat after.
+
+    python autotune_jobs.py --epochs N [--workers 2] [--slots 4] [--samples 400] [--read-ms 5]
+        [--persistent] [--spawn] [--iterable] [--instrument] [--out FILE]
+
+Every epoch writes one JSON line to --out: the sample indices it yielded, in order, the loader's
+num_workers during it, and its seconds. Spawned workers get the semaphore through the dataset
+(multiprocessing pickles it for a child it starts). With --shuffle the sampler draws from the global
+generator (seeded 0), and each epoch also writes a number drawn from it after the epoch: the
+program's own random stream.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing
+import time
+
+import torch
+from torch.utils.data import DataLoader, Dataset, IterableDataset, get_worker_info
+
+_ballast: list[bytes] = []
+
+
+def fill_cgroup(share: float, lock) -> None:
+    """Hold memory until this process's (v1) memory cgroup is `share` full: once, under `lock`
+    so that two workers do not both fill it. Pages written (a bytes of ones), so charged."""
+    if _ballast:
+        return
+    path = open("/proc/self/cgroup").read().split("memory:", 1)[1].splitlines()[0]
+    group = "/sys/fs/cgroup/memory" + path
+    with lock:
+        limit = int(open(f"{group}/memory.limit_in_bytes").read())
+        used = int(open(f"{group}/memory.usage_in_bytes").read())
+        _ballast.append(b"\x01" * max(0, int(limit * share) - used))
+
+
+class SlotStore(Dataset):
+    def __init__(self, n: int, slots, read_s: float, fill=None) -> None:
+        self.n = n
+        self.slots = slots
+        self.read_s = read_s
+        self.fill = fill  # (from worker id, share, lock): workers from that id fill the cgroup
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, i: int):
+        info = get_worker_info()
+        if self.fill is not None and info is not None and info.id >= self.fill[0]:
+            fill_cgroup(self.fill[1], self.fill[2])
+        with self.slots:
+            time.sleep(self.read_s)
+        return torch.tensor(i)
+
+
+class SlotStream(IterableDataset):
+    def __init__(self, n: int, slots, read_s: float) -> None:
+        self.n = n
+        self.slots = slots
+        self.read_s = read_s
+
+    def __iter__(self):
+        info = get_worker_info()
+        start, step = (info.id, info.num_workers) if info is not None else (0, 1)
+        for i in range(start, self.n, step):
+            with self.slots:
+                time.sleep(self.read_s)
+            yield torch.tensor(i)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser()
+    p.add_argument("--epochs", type=int, default=10)
+    p.add_argument("--workers", type=int, default=2)
+    p.add_argument("--slots", type=int, default=4)
+    p.add_argument("--samples", type=int, default=400)
+    p.add_argument("--batch-size", type=int, default=8)
+    p.add_argument("--read-ms", type=float, default=5.0)
+    p.add_argument("--persistent", action="store_true")
+    p.add_argument("--spawn", action="store_true")
+    p.add_argument("--iterable", action="store_true")
+    p.add_argument("--shuffle", action="store_true")
+    p.add_argument("--instrument", action="store_true",
+                   help="loadertop.instrument(loader, autotune=True), for a run without `run`")
+    p.add_argument("--fill-cgroup-from-worker", type=int,
+                   help="workers from this id on fill the process's v1 memory cgroup to 93 %%")
+    p.add_argument("--out")
+    a = p.parse_args()
+    context = multiprocessing.get_context("spawn" if a.spawn else "fork")
+    slots = context.Semaphore(a.slots)
+    kind = SlotStream if a.iterable else SlotStore
+    fill = None
+    if a.fill_cgroup_from_worker is not None:
+        fill = (a.fill_cgroup_from_worker, 0.93, context.Lock())
+    dataset = (kind(a.samples, slots, a.read_ms / 1000) if fill is None
+               else SlotStore(a.samples, slots, a.read_ms / 1000, fill))
+    loader = DataLoader(dataset, batch_size=a.batch_size, num_workers=a.workers,
+                        shuffle=a.shuffle and not a.iterable, persistent_workers=a.persistent,
+                        multiprocessing_context=context if a.workers else None)
+    if a.instrument:
+        import loadertop
+
+        loader = loadertop.instrument(loader, autotune=True)
+    torch.manual_seed(0)  # the shuffle draws from the global generator, as does the program
+    out = open(a.out, "w") if a.out else None
+    started = time.perf_counter()
+    total = 0
+    for _ in range(a.epochs):
+        t0 = time.perf_counter()
+        seen: list[int] = []
+        for batch in loader:
+            seen.extend(int(x) for x in batch)
+        count = loader.num_workers  # the tuner sets it at iter(), so this is the epoch's
+        total += len(seen)
+        if out is not None:
+            out.write(json.dumps({"indices": seen, "num_workers": count,
+                                  "program_random": torch.rand(1).item(),
+                                  "seconds": time.perf_counter() - t0}) + "\n")
+            out.flush()
+    elapsed = time.perf_counter() - started
+    print(json.dumps({"samples": total, "seconds": elapsed, "samples_per_s": total / elapsed}))
+
+
+if __name__ == "__main__":
+    main()
