@@ -115,6 +115,8 @@ SERIAL: dict[str, frozenset[str] | None] = {
     "test_quiet_start.py": frozenset({  # a psutil reading within a 2 s window; a wait >= 0.25 s
         "test_what_only_a_viewer_needs_is_loaded_when_one_subscribes",
         "test_a_fork_waits_for_the_publisher_threads_loading"}),
+    "test_recording.py": frozenset({  # the replay's verdict is the live viewers' verdict
+        "test_a_recording_says_what_the_live_viewers_said"}),
     "test_run.py": frozenset({"test_torchrun_two_ranks_are_two_sources_and_the_straggler_is_named"}),
     "test_stage_pairing.py": frozenset({  # each fetch of 2 items of 3 ms within 5-20 ms
         "test_single_process_loader_times_its_stages"}),
