@@ -516,3 +516,41 @@ def test_system_feed_sends_shm_from_the_environment(tmp_path, monkeypatch):
     assert msg is not None and msg.shm_path == str(tmp_path)
     assert msg.shm_total_bytes is not None and msg.shm_total_bytes > 0
     assert wire.decode(wire.encode(msg)) == msg
+
+
+def test_with_the_black_box_uss_is_read_at_its_larger_share(tmp_path, monkeypatch):
+    # The black box's history is what a late viewer's copy-on-read trend is made of (issue 39):
+    # its process reads USS at USS_CPU_SHARE_RECORDED, the one with it off at USS_CPU_SHARE.
+    from loadertop import statedir
+    from loadertop.probe.publisher import Publisher
+
+    monkeypatch.setenv(statedir.LOADERTOP_STATE_DIR, str(tmp_path / "state"))
+    monkeypatch.setenv(statedir.LOADERTOP_BLACKBOX, "0")
+    off = Publisher(directory=str(tmp_path / "d"))
+    off._start_blackbox()
+    assert off.blackbox is None and off._resources._share == pr.USS_CPU_SHARE
+    monkeypatch.delenv(statedir.LOADERTOP_BLACKBOX)
+    on = Publisher(directory=str(tmp_path / "d"))
+    on._start_blackbox()
+    try:
+        assert on.blackbox is not None
+        assert on._resources._share == pr.USS_CPU_SHARE_RECORDED > pr.USS_CPU_SHARE
+    finally:
+        on.blackbox.finish(statedir.Ended(kind="finished", at=0.0), wait_s=5.0)
+
+    now = [100.0]
+    cpu = [0.0]
+
+    def cpu_clock() -> float:
+        cpu[0] += 0.02  # every USS read "costs" 20 ms of this thread's CPU
+        return cpu[0]
+
+    s = pr.ResourceSampler(uss_cpu_share=0.0005, interval_s=5.0, main_uss_s=0.0,
+                           clock=lambda: now[0], cpu_clock=cpu_clock)
+    s.set_cpu_share(0.002)
+    seen = []
+    for i in range(0, 8):
+        now[0] = 100.0 + 5 * i
+        seen.append(s.sample([]).uss_bytes is not None)
+    # at 0.2 % of a core, not 0.05 %: a full round every 10 s, not every 40 s
+    assert seen == [True, False] * 4
