@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import os
 import socket
-import stat
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,6 +32,9 @@ from typing import Annotated, Literal
 import msgspec
 from msgspec import Meta
 
+from loadertop.wire import Count
+from loadertop.wire import Text as ShortText
+
 STATE_FORMAT = 1
 LOADERTOP_STATE_DIR = "LOADERTOP_STATE_DIR"
 LOADERTOP_BLACKBOX = "LOADERTOP_BLACKBOX"
@@ -40,9 +42,7 @@ META_SUFFIX = ".job.json"
 RECORDING_SUFFIX = ".ltrec"
 MAX_META_BYTES = 64 * 1024
 
-ShortText = Annotated[str, Meta(max_length=4096)]
-Pid = Annotated[int, Meta(ge=1, lt=2**32)]
-Count = Annotated[int, Meta(ge=0)]
+Pid = Annotated[int, Meta(ge=1, lt=2**32)]  # a job's own pid: never 0, unlike a wire worker's
 
 
 class Ended(msgspec.Struct, frozen=True, forbid_unknown_fields=False):
@@ -112,17 +112,6 @@ def state_dir(environ: Mapping[str, str] = os.environ) -> Path:
 def blackbox_enabled(environ: Mapping[str, str] = os.environ) -> bool:
     """LOADERTOP_BLACKBOX=0 turns the black box off; anything else (or unset) leaves it on."""
     return environ.get(LOADERTOP_BLACKBOX, "").strip() != "0"
-
-
-def ensure_state_dir(path: Path) -> Path:
-    """Create `path` (and its parents) with the leaf 0700; refuse one owned by someone else."""
-    path.mkdir(mode=0o700, parents=True, exist_ok=True)
-    st = path.stat()
-    if st.st_uid != os.getuid():
-        raise PermissionError(f"{path} is owned by uid {st.st_uid}, not by you")
-    if stat.S_IMODE(st.st_mode) & 0o077:
-        os.chmod(path, 0o700)
-    return path
 
 
 def stem_for(pid: int, started_at: float) -> str:

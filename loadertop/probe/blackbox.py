@@ -46,6 +46,7 @@ from typing import Any
 
 from loadertop import environment, recfile, statedir, wire
 from loadertop._version import __version__
+from loadertop.discovery import ensure_private_dir
 from loadertop.probe import stacks
 from loadertop.system.cgroup import Cgroup
 
@@ -203,7 +204,7 @@ class BlackBox:
             self._finished.set()
 
     def _open(self) -> None:
-        statedir.ensure_state_dir(self.directory)
+        ensure_private_dir(self.directory)
         try:
             statedir.prune(self.directory, KEEP_RUNS, KEEP_BYTES, protect=self.stem)
         except OSError:

@@ -441,16 +441,21 @@ def test_sampler_reads_this_process_and_a_child(tmp_path):
     assert r.workers[0].rss_bytes is None
 
 
-def test_sampler_keeps_uss_within_its_cpu_share():
+def costly_uss_sampler(share: float) -> tuple[pr.ResourceSampler, list[float]]:
+    """A sampler whose every USS read "costs" 20 ms of its thread's CPU; set [0] for the time."""
     now = [100.0]
     cpu = [0.0]
 
     def cpu_clock() -> float:
-        cpu[0] += 0.02  # every USS read "costs" 20 ms of this thread's CPU
+        cpu[0] += 0.02
         return cpu[0]
 
-    s = pr.ResourceSampler(uss_cpu_share=0.002, interval_s=5.0, main_uss_s=0.0,
-                           clock=lambda: now[0], cpu_clock=cpu_clock)
+    return pr.ResourceSampler(uss_cpu_share=share, interval_s=5.0, main_uss_s=0.0,
+                              clock=lambda: now[0], cpu_clock=cpu_clock), now
+
+
+def test_sampler_keeps_uss_within_its_cpu_share():
+    s, now = costly_uss_sampler(0.002)
     assert s.sample([]).uss_bytes is not None
     assert s.sample([]).uss_bytes is not None  # the same round (another loader's call): too
     seen = []
@@ -538,15 +543,7 @@ def test_with_the_black_box_uss_is_read_at_its_larger_share(tmp_path, monkeypatc
     finally:
         on.blackbox.finish(statedir.Ended(kind="finished", at=0.0), wait_s=5.0)
 
-    now = [100.0]
-    cpu = [0.0]
-
-    def cpu_clock() -> float:
-        cpu[0] += 0.02  # every USS read "costs" 20 ms of this thread's CPU
-        return cpu[0]
-
-    s = pr.ResourceSampler(uss_cpu_share=0.0005, interval_s=5.0, main_uss_s=0.0,
-                           clock=lambda: now[0], cpu_clock=cpu_clock)
+    s, now = costly_uss_sampler(0.0005)
     s.set_cpu_share(0.002)
     seen = []
     for i in range(0, 8):
