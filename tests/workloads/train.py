@@ -259,7 +259,14 @@ def main(argv=None) -> int:
         # thread for as long as the iterator lives (`exc` keeps it here). When the loop failed
         # first on the dead worker's shared-memory fd (ConnectionResetError, seen under load), that
         # signal comes later and would end this script mid-idle: the first error stands.
-        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        # That handler may also run while this call is being made (a signal already pending is
+        # handled at the call's first bytecode), raising the same death again: try until it holds.
+        while True:
+            try:
+                signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+                break
+            except RuntimeError:
+                continue
         status.write(force=True, phase="error", error=str(exc), error_type=type(exc).__name__,
                      batches=n)
         print(json.dumps({"error": str(exc)}), flush=True)
