@@ -112,10 +112,10 @@ SERIAL: dict[str, frozenset[str] | None] = {
     "test_never_blocks.py": frozenset({  # the exit within 15 s of the loop's end
         "test_training_finishes_despite_a_frozen_or_killed_viewer"}),
     "test_publisher_lifecycle.py": None,
-    "test_quiet_start.py": frozenset({  # a psutil reading within a 2 s window; a wait >= 0.25 s
+    "test_e2e_quiet_start.py": frozenset({  # a psutil reading within a 2 s window; a wait >= 0.25 s
         "test_what_only_a_viewer_needs_is_loaded_when_one_subscribes",
         "test_a_fork_waits_for_the_publisher_threads_loading"}),
-    "test_recording.py": frozenset({  # the replay's verdict is the live viewers' verdict
+    "test_e2e_recording.py": frozenset({  # the replay's verdict is the live viewers' verdict
         "test_a_recording_says_what_the_live_viewers_said"}),
     "test_run.py": frozenset({"test_torchrun_two_ranks_are_two_sources_and_the_straggler_is_named"}),
     "test_stage_pairing.py": frozenset({  # each fetch of 2 items of 3 ms within 5-20 ms
@@ -135,7 +135,8 @@ SERIAL: dict[str, frozenset[str] | None] = {
 
 def pytest_collection_modifyitems(config, items) -> None:
     for item in items:
-        # by its path: tests/unit has files of the same names (test_quiet_start.py)
+        # by its folder and name: the names in SERIAL are those of tests/functional's files (no
+        # test file's name is repeated across the folders, which run in one pytest session)
         if item.path.parent != TESTS / "functional" or item.path.name not in SERIAL:
             continue
         names = SERIAL[item.path.name]

@@ -1,7 +1,7 @@
 """Exact histograms (issue 13): the probe counts every wait, step and worker fetch in the fixed
 buckets of `wire.HISTOGRAM_BOUNDS_NS`, the wire carries the cumulative counts (an additive field:
 older probes send none), and the model turns them into the document's `*_histogram` figures.
-A real loader's counts against its batches: tests/functional/test_histograms.py."""
+A real loader's counts against its batches: tests/functional/test_e2e_histograms.py."""
 
 from __future__ import annotations
 

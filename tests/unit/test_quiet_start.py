@@ -1,5 +1,5 @@
 """The probe's start: quiet_start.call leaves the program's collector as it found it (the effect
-on full collections is tested end to end in tests/functional/test_quiet_start.py), and what it
+on full collections is tested end to end in tests/functional/test_e2e_quiet_start.py), and what it
 computes instead of importing agrees with the module it avoids."""
 
 from __future__ import annotations
