@@ -152,7 +152,15 @@ def test_a_worker_killed_while_training_crashes_is_seen_dead(jobs):
     assert result["status"]["batches"] >= 1000, result["status"]  # + batches already fetched
     assert src["state"] == "finished", src["state"]
     assert src["end"]["how"] == "crashed", src["end"]
-    assert "DataLoader worker" in src["end"]["error"], src["end"]
+    # The end is what the loop raised, as the loop itself caught it. Which error that is, is
+    # torch's race: its _try_get_data (2.13) raises "DataLoader worker ... exited unexpectedly"
+    # once it sees the worker dead, but re-raises the transport's own error when the dead worker's
+    # batch failed to arrive (its shared-memory fd: ConnectionResetError) before the worker was
+    # reaped, as on a loaded machine.
+    status = result["status"]
+    assert src["end"]["error"] == f"{status['error_type']}: {status['error']}"[:2000], (src["end"], status)
+    assert (status["error_type"] == "RuntimeError" and "DataLoader worker" in status["error"]
+            or status["error_type"] == "ConnectionResetError"), status
     (victim,) = result["pids"][0]
     dead = {w["id"]: w for w in src["workers"]}[0]
     assert (dead["pid"], dead["alive"], dead["exitcode"]) == (victim, False, -9), dead
