@@ -15,9 +15,11 @@ directory, and each test checks that none outlives tune. Synchronisation polls w
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -76,18 +78,26 @@ def _ignore_sigint() -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
-@pytest.fixture
-def tmp():
+@contextlib.contextmanager
+def _tune_dir():
+    """A directory for one test's tunes (`pids/` for their programs' pids), and the tunes it
+    started: killed, with every process their trials recorded, at its end."""
     directory = short_tmpdir()
     (directory / "pids").mkdir()
     started: list[Tune] = []
-    yield directory, started
-    for t in started:
-        kill_group(t.proc)
-    _kill_recorded(directory / "pids")
-    import shutil
+    try:
+        yield directory, started
+    finally:
+        for t in started:
+            kill_group(t.proc)
+        _kill_recorded(directory / "pids")
+        shutil.rmtree(directory, ignore_errors=True)
 
-    shutil.rmtree(directory, ignore_errors=True)
+
+@pytest.fixture
+def tmp():
+    with _tune_dir() as made:
+        yield made
 
 
 def tune(tmp, *args: str, sigint_ignored: bool = False) -> Tune:
@@ -159,10 +169,31 @@ def test_the_override_reaches_every_loader(tmp):
 
 
 # ------------------------------------------------------------------------------- the search
-def test_the_search_finds_a_known_knee(tmp):
-    directory, _ = tmp
-    t = tune(tmp, "--max-workers", "3", *TRIAL, "--", PY, JOBS, "knee", "--slots", "2",
-             "--read-ms", "20", "--piddir", str(directory / "pids"))
+@pytest.fixture(scope="module")
+def searches():
+    """The three tunes whose trials' rates are judged, started at once: {name: (tmp, Tune)}.
+
+    Their programs' reads sleep and cost no CPU, so a trial's rate holds beside the other tunes'
+    trials (what takes CPU is a trial's start: a fresh Python importing torch, on one core).
+    Started together, the three take about the wall time of the longest."""
+    with contextlib.ExitStack() as stack:
+        knee, failing, iterable = (stack.enter_context(_tune_dir()) for _ in range(3))
+        yield {
+            "knee": (knee, tune(knee, "--max-workers", "3", *TRIAL, "--", PY, JOBS, "knee",
+                                "--slots", "2", "--read-ms", "20",
+                                "--piddir", str(knee[0] / "pids"))),
+            # 2 workers fail, 1 is measured, 3 hang before their first batch (see its test)
+            "failing": (failing, tune(failing, "--workers", "2,1,3", *TRIAL, "--json", "--", PY,
+                                      JOBS, "knee", "--slots", "2", "--fail-from", "2",
+                                      "--stall-from", "3", "--piddir", str(failing[0] / "pids"),
+                                      sigint_ignored=True)),
+            "iterable": (iterable, tune(iterable, "--json", *TRIAL, "--", PY, JOBS, "duplicates",
+                                        "--items", "48")),
+        }
+
+
+def test_the_search_finds_a_known_knee(searches):
+    (directory, _), t = searches["knee"]
     assert t.wait() == 0, t.stderr()
     out, err = t.stdout(), t.stderr()
     progress = [line for line in err.splitlines() if line.startswith("loadertop tune: trial ")]
@@ -206,7 +237,7 @@ def test_the_search_finds_a_known_knee(tmp):
     assert_trials_left_nothing(directory / "pids")
 
 
-def test_a_failing_trial_is_listed_the_rest_go_on_and_ctrl_c_prints_what_was_measured(tmp):
+def test_a_failing_trial_is_listed_the_rest_go_on_and_ctrl_c_prints_what_was_measured(searches):
     """One run for both (each trial costs seconds): 2 workers fail, 1 worker is measured, and
     Ctrl-C while the third trial's program runs ends it and prints the first two.
 
@@ -215,10 +246,8 @@ def test_a_failing_trial_is_listed_the_rest_go_on_and_ctrl_c_prints_what_was_mea
     itself (3 workers would also fail) would let tune finish with 0 first. Tune starts with
     SIGINT ignored, as a shell's `cmd &` leaves it (to a test runner too, and Python keeps it
     so): tune handles it all the same."""
-    directory, _ = tmp
+    (directory, _), t = searches["failing"]
     piddir = directory / "pids"
-    t = tune(tmp, "--workers", "2,1,3", *TRIAL, "--json", "--", PY, JOBS, "knee", "--slots", "2",
-             "--fail-from", "2", "--stall-from", "3", "--piddir", str(piddir), sigint_ignored=True)
 
     def third_trial_stalled():
         assert t.proc.poll() is None, t.stderr()
@@ -248,8 +277,8 @@ def test_a_failing_trial_is_listed_the_rest_go_on_and_ctrl_c_prints_what_was_mea
              "the trials' processes to be gone")
 
 
-def test_an_iterable_that_every_worker_yields_whole_is_not_tuned(tmp):
-    t = tune(tmp, "--json", *TRIAL, "--", PY, JOBS, "duplicates", "--items", "48")
+def test_an_iterable_that_every_worker_yields_whole_is_not_tuned(searches):
+    _, t = searches["iterable"]
     assert t.wait() == 0, t.stderr()
     doc = t.document()
     # the first two counts show it (the program's own setting may be the first), and it stops
