@@ -2,15 +2,15 @@
 through `loadertop snapshot --json`, twice in a row (the verdict must appear within a few seconds of
 steady state and stay put).
 
-The workloads run in four sequential groups, in parallel inside a group, chosen so that no
+The workloads run in three sequential groups, in parallel inside a group, chosen so that no
 workload disturbs another's verdict on a 2-core machine:
 
 1. sleeping dataset (input_bound_io) and cheap dataset + 50 ms step (compute_bound): light;
-2. one CPU-burning worker (input_bound_cpu: it needs a core left free) and a worker that calls
-   os._exit(3) (stalled naming exit code 3; idle once torch raised);
-3. tiny batches with no step (main_process_bound: robust to load) and a dataset that hangs
+   one CPU-burning worker (input_bound_cpu: it needs a core left free, which the light two
+   leave); a worker that calls os._exit(3) (stalled naming exit code 3; idle once torch raised);
+2. tiny batches with no step (main_process_bound: robust to load) and a dataset that hangs
    (stalled once the loop is blocked > STALL_MIN_MS = 5 s; it uses no CPU);
-4. four CPU-burning workers plus a busy loop (cpu_saturated), alone, so that the saturation is
+3. four CPU-burning workers plus a busy loop (cpu_saturated), alone, so that the saturation is
    its own doing.
 
 The two stalled jobs (exit, hang) use no CPU once stalled: they start before the first group and
@@ -60,7 +60,7 @@ WORKLOADS = {
     "saturated": ("--kind", "cpu", "--ms", 10, "--workers", 4, "--batch-size", 4,
                   "--busy-step-ms", 5),
 }
-GROUPS = (("io", "compute"), ("cpu", "exit"), ("main", "hang"), ("saturated",))
+GROUPS = (("io", "compute", "cpu", "exit"), ("main", "hang"), ("saturated",))
 STALLED_EARLY = ("exit", "hang")  # started with the first group, snapshotted with their own
 EXPECTED = {"io": "input_bound_io", "compute": "compute_bound", "exit": "stalled",
             "cpu": "input_bound_cpu", "hang": "stalled", "main": "main_process_bound",
