@@ -268,13 +268,16 @@ from loadertop.probe import worker
 
 path = worker.arm_stack_dump(sys.argv[1])
 assert path is not None and worker._stack_file() == path, (path, worker._stack_file())
-libc = ctypes.PyDLL(None)  # a PyDLL keeps the GIL during the call: no Python code can run
+# A PyDLL keeps the GIL during the call: no Python code can run. The function is looked up here,
+# not at the call: ctypes resolves a symbol in Python code of its own (CDLL.__getattr__), where a
+# stack dump asked for just after the print below would otherwise find it on a loaded machine.
+c_sleep = ctypes.PyDLL(None).sleep
 
 def stuck_in_c():
     print(path, flush=True)
     left = 3
     while left:  # sleep() ends early when a handler runs: what C code that retries does
-        left = libc.sleep(left)
+        left = c_sleep(left)
     print(time.time(), flush=True)  # the GIL is free again from here on
 
 stuck_in_c()
