@@ -375,6 +375,22 @@ class Workload:
     def wait_batches(self, n: int, timeout: float = START_TIMEOUT_S) -> dict:
         return self.wait_status(lambda st: st.get("batches", 0) >= n, timeout, f"{n} batches")
 
+    def tell(self, what: str) -> None:
+        """Write the file `what` beside the status file (train.py --kill-when-told reads `kill`)."""
+        (self.work / what).write_text("")
+
+    def watched(self) -> bool:
+        """A viewer's connection is accepted on the job's ipc socket: the job's publisher holds the
+        listening end and one per viewer (a client's own end shows no path in /proc/net/unix)."""
+        entry = self.entry()
+        if entry is None or not entry.get("endpoint", "").startswith("ipc://"):
+            return False
+        path = entry["endpoint"][len("ipc://"):]
+        try:
+            return sum(c.laddr == path for c in psutil.Process(self.pid).net_connections(kind="unix")) > 1
+        except psutil.Error:
+            return False
+
     def worker_pids(self) -> dict:
         """{worker id: {pids}} as written by the dataset in each worker process."""
         out: dict = {}

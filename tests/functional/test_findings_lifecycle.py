@@ -50,16 +50,16 @@ def _source_when(wl, ready, seconds: float = 3.0, timeout: float = 90.0) -> dict
 
 
 JOBS = {
-    # The loop SIGKILLs worker 0 after 1000 batches, ~5 s in (what the OOM killer does); torch
-    # raises at once and the process dies of it. (At 300 batches, 1.5 s, a snapshot started on a
-    # loaded machine found the job already gone.)
+    # The loop SIGKILLs worker 0 after 1000 batches, ~5 s in (what the OOM killer does), once the
+    # snapshot watches (told by a file: on a loaded machine a snapshot started after the job's
+    # discovery found it already gone); torch raises at once and the process dies of it.
     "killed": ("--kind", "sleep", "--ms", 5, "--workers", 2, "--batch-size", 2,
-               "--kill-worker-after", 1000, "--crash", "--duration", 60),
+               "--kill-worker-after", 1000, "--kill-when-told", "--crash", "--duration", 60),
     # The same kill, then the loop sleeps in its step: torch's error comes from its SIGCHLD
     # handler there, not from next() (in a real job the loop is mostly in its step).
     "killed_in_step": ("--kind", "sleep", "--ms", 5, "--workers", 2, "--batch-size", 2,
-                       "--kill-worker-after", 1000, "--sleep-after-kill-s", 5, "--crash",
-                       "--duration", 60),
+                       "--kill-worker-after", 1000, "--kill-when-told", "--sleep-after-kill-s", 5,
+                       "--crash", "--duration", 60),
     # num_workers=0: the loop fetches itself, so its own stack names the dataset's function.
     "hang0": ("--kind", "hang", "--workers", 0, "--batch-size", 2, "--after", 10,
               "--duration", 120),
@@ -82,7 +82,10 @@ JOBS = {
 
 def _killed(wl) -> dict:
     wl.wait_discovery()
-    doc = SnapshotRun(wl.dir, seconds=8.0).document()  # watching from before the kill
+    watching = SnapshotRun(wl.dir, seconds=8.0)  # from before the kill, which waits for it
+    wait_for(wl.watched, 30, "the snapshot to connect")
+    wl.tell("kill")
+    doc = watching.document()
     return {"doc": doc, "rc": wl.wait(30), "status": wl.status(), "pids": wl.worker_pids()}
 
 

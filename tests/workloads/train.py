@@ -11,7 +11,8 @@ dataset itself into `--piddir` as `<worker id>.<pid>`.
 
 Kinds (per sample): sleep (I/O-like), cpu (burn CPU), cheap (nothing), hang (sleep forever from
 batch `--after` on), exit (``os._exit(--exit-code)`` from batch `--after` on), raise (ValueError).
-`--kill-worker-after N`: after N batches the loop SIGKILLs worker 0 itself. store: reads pass a
+`--kill-worker-after N`: after N batches the loop SIGKILLs worker 0 itself (with `--kill-when-told`,
+once a file `kill` beside `--status` exists too). store: reads pass a
 semaphore of `--store-slots` slots shared by the workers (a storage serving that many at once).
 `--then-workers N --then-after S`: after S seconds the loop drops its loader and makes a new one,
 the same but with N workers (same name: the same source), for the rest of `--duration`.
@@ -57,6 +58,9 @@ def parse(argv=None):
     p.add_argument("--after", type=int, default=0, help="hang/exit/raise from this batch on")
     p.add_argument("--exit-code", type=int, default=3)
     p.add_argument("--kill-worker-after", type=int, default=0)
+    p.add_argument("--kill-when-told", action="store_true",
+                   help="with --kill-worker-after: past N batches, the kill waits for a file "
+                        "`kill` beside --status (a test writes it once its viewer watches)")
     p.add_argument("--idle-after-error", type=float, default=0.0)
     p.add_argument("--slow-worker-ms", type=float, default=0.0,
                    help="worker 0 sleeps this much longer per sample")
@@ -212,6 +216,8 @@ def main(argv=None) -> int:
     _batch = None
     epoch = 0
     try:
+        killed = False
+        told_to_kill = os.path.join(os.path.dirname(args.status or "."), "kill")
         while epoch < args.epochs:
             in_epoch = 0
             for _batch in loader:
@@ -223,7 +229,9 @@ def main(argv=None) -> int:
                              phases=[p.summary() for p in phases])
                 if switch_at is not None and now >= switch_at:
                     break
-                if args.kill_worker_after and n == args.kill_worker_after:
+                if (args.kill_worker_after and not killed and n >= args.kill_worker_after
+                        and (not args.kill_when_told or os.path.exists(told_to_kill))):
+                    killed = True
                     status.write(force=True)
                     os.kill(worker_pid(args.piddir, 0), signal.SIGKILL)
                     if args.sleep_after_kill_s:
