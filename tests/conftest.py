@@ -91,7 +91,12 @@ def clean_env(directory: Path | str, **extra: str) -> dict:
 # The end-to-end tests that judge a CPU figure, a verdict read from one, a rate or a wall-clock bound
 # that load would break run one at a time, after the rest (`-m serial`): a neighbour's load would
 # change what they measure. The rest run on three processes (`-m "not serial" -n 3`, the README's
-# test command); their deadlines only tell a hang from a slow start.
+# test command); their deadlines only tell a hang from a slow start. A test judged by such a figure
+# joins the rest only once it has held on a saturated machine (two processes burning both cores
+# beside it, twice) and among the rest: the publisher's lifecycle, the torchrun straggler and the
+# quiet start's two timed tests did. The single-process stage pairing (a 3 ms sleep measured past
+# its 20 ms bound) and the Prometheus exporter's (its p95 wait further from the snapshot's than a
+# bucket's width) held beside the two burning processes but not among the rest.
 # A file of tests/functional named with None: all its tests; else the tests named (those sharing a
 # module-scoped job: all of them, so that it starts once).
 _FLEET = frozenset({  # test_e2e_snapshot's `fleet`: CPU fractions, fetch times and rates
@@ -109,14 +114,9 @@ SERIAL: dict[str, frozenset[str] | None] = {
         "test_attach_mid_epoch_measures_then_detaches_and_the_job_stays_its_own"}),
     "test_e2e_diagnosis.py": None,
     "test_e2e_snapshot.py": _FLEET,
-    "test_export_prometheus.py": None,  # compute_bound, and the scraped rate within 10 %
-    "test_publisher_lifecycle.py": None,
-    "test_e2e_quiet_start.py": frozenset({  # a psutil reading within a 2 s window; a wait >= 0.25 s
-        "test_what_only_a_viewer_needs_is_loaded_when_one_subscribes",
-        "test_a_fork_waits_for_the_publisher_threads_loading"}),
+    "test_export_prometheus.py": None,  # the p95 wait of two windows within one bucket
     "test_e2e_recording.py": frozenset({  # the replay's verdict is the live viewers' verdict
         "test_a_recording_says_what_the_live_viewers_said"}),
-    "test_run.py": frozenset({"test_torchrun_two_ranks_are_two_sources_and_the_straggler_is_named"}),
     "test_stage_pairing.py": frozenset({  # each fetch of 2 items of 3 ms within 5-20 ms
         "test_single_process_loader_times_its_stages"}),
     "test_stages.py": frozenset({  # stage times within 20 %, verdicts
