@@ -304,6 +304,15 @@ class ForkedProcess:
         self.send_signal(signal.SIGTERM)
 
 
+def accepted(pid: int, path: str) -> int:
+    """Connections the job's publisher holds on its ipc socket (the listening one included): a
+    client's own end shows no path in /proc/net/unix, the accepted end does."""
+    try:
+        return sum(c.laddr == path for c in psutil.Process(pid).net_connections(kind="unix"))
+    except psutil.Error:
+        return 0
+
+
 class Workload:
     """`tests/workloads/train.py ARGS` in its own session, with its own LOADERTOP_DIR."""
 
@@ -380,16 +389,11 @@ class Workload:
         (self.work / what).write_text("")
 
     def watched(self) -> bool:
-        """A viewer's connection is accepted on the job's ipc socket: the job's publisher holds the
-        listening end and one per viewer (a client's own end shows no path in /proc/net/unix)."""
+        """A viewer's connection is accepted on the job's ipc socket (beside the listening one)."""
         entry = self.entry()
         if entry is None or not entry.get("endpoint", "").startswith("ipc://"):
             return False
-        path = entry["endpoint"][len("ipc://"):]
-        try:
-            return sum(c.laddr == path for c in psutil.Process(self.pid).net_connections(kind="unix")) > 1
-        except psutil.Error:
-            return False
+        return accepted(self.pid, entry["endpoint"][len("ipc://"):]) > 1
 
     def worker_pids(self) -> dict:
         """{worker id: {pids}} as written by the dataset in each worker process."""

@@ -39,6 +39,7 @@ from conftest import (
     WORKLOADS,
     SnapshotRun,
     Workload,
+    accepted,
     check_document,
     clean_env,
     kill_group,
@@ -71,15 +72,6 @@ def wait_train_batches(w: Workload, n: int, timeout: float = START_S) -> list[li
         lines = [r for r in batch_lines(w) if r[1] == "train"]
         return lines if len(lines) >= n else None
     return wait_for(enough, timeout, f"{n} train batches")
-
-
-def accepted(pid: int, path: str) -> int:
-    """Connections the job's publisher holds on its ipc socket (the listening one included): a
-    client's own end shows no path in /proc/net/unix, the accepted end does."""
-    try:
-        return sum(c.laddr == path for c in psutil.Process(pid).net_connections(kind="unix"))
-    except psutil.Error:
-        return 0
 
 
 def largest_gaps(rows: list[list[str]], k: int = 3) -> list[float]:
