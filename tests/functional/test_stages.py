@@ -53,14 +53,10 @@ SLEEPING = ["--kind", "sleep", "--ms", 20, "--workers", 2, "--batch-size", 4, "-
             "--duration", 90]
 
 
-def _known_costs_source(wl) -> dict:
+def _source_once(wl, ready, what: str) -> dict:
+    """The job's source from the first snapshot, after its fifth batch, where `ready(src)`."""
     wl.wait_batches(5, timeout=60)
-    return wait_for(lambda: _staged_source(wl, _has_fetch_and_collate), 60, "stage figures")
-
-
-def _sleeping_source(wl) -> dict:
-    wl.wait_batches(5, timeout=60)
-    return wait_for(lambda: _staged_source(wl, _has_split), 60, "a wait split")
+    return wait_for(lambda: _staged_source(wl, ready), 60, what)
 
 
 @pytest.fixture(scope="module")
@@ -73,11 +69,11 @@ def sleeping_jobs():
         # before the others start, so that no job is watched beside that start.
         spawned = pool(*KNOWN_COSTS["spawn"])
         spawned.wait_batches(5, timeout=60)
-        steps = {name: (_known_costs_source, spawned if name == "spawn" else pool(*args))
-                 for name, args in KNOWN_COSTS.items()}
-        steps["sleeping"] = (_sleeping_source, pool(*SLEEPING))
-        with ThreadPoolExecutor(len(steps)) as ex:
-            futures = {name: ex.submit(step, wl) for name, (step, wl) in steps.items()}
+        jobs = {name: (spawned if name == "spawn" else pool(*args), _has_fetch_and_collate,
+                       "stage figures") for name, args in KNOWN_COSTS.items()}
+        jobs["sleeping"] = (pool(*SLEEPING), _has_split, "a wait split")
+        with ThreadPoolExecutor(len(jobs)) as ex:
+            futures = {name: ex.submit(_source_once, *job) for name, job in jobs.items()}
             for future in futures.values():
                 future.exception()  # wait for all
         yield futures
