@@ -75,8 +75,9 @@ def bucket_count(bounds: tuple[int, ...], counts: list[int], values_ns: list[int
 
 
 def py_decimated_micros(samples_ns: list[int]) -> list[int]:
-    """A report's samples: at most wire.MAX_SAMPLES of them (`wire.decimate`), in µs."""
-    return [v // 1000 for v in wire.decimate(samples_ns)]
+    """A report's samples: at most wire.MAX_SAMPLES of them (`wire.decimate`), in µs. The bound
+    is read at each call, as the C path reads it: one bound for both."""
+    return [v // 1000 for v in wire.decimate(samples_ns, wire.MAX_SAMPLES)]
 
 
 def decimated_micros(samples_ns: list[int]) -> list[int]:
