@@ -1,4 +1,5 @@
-"""`loadertop export [--listen HOST:PORT] [ENDPOINT ...]`: the sources as Prometheus metrics.
+"""`loadertop export [--listen HOST:PORT] [--per-worker] [ENDPOINT ...]`: the sources as Prometheus
+metrics.
 
 A headless viewer, one per machine like node_exporter: the same discovery and endpoints as the
 TUI, serving `/metrics` until SIGINT or SIGTERM (exit 0). A --listen that cannot be served on (in
@@ -37,6 +38,9 @@ def parser() -> argparse.ArgumentParser:
                         "interface, which prints a warning; port 0: any free one)")
     p.add_argument("--window", type=float, default=3.0, metavar="S",
                    help="seconds of history behind the gauges (default 3)")
+    p.add_argument("--per-worker", action="store_true",
+                   help="serve the workers' series and findings per worker (a `worker` label) "
+                        "instead of one per loader")
     add_key_options(p)
     return p
 
@@ -69,7 +73,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         exporter = server.Exporter(sub)
         try:
-            metrics = server.MetricsServer(exporter.latest, address)
+            metrics = server.MetricsServer(exporter.latest, address, per_worker=args.per_worker)
             exporter.after_advance = metrics.exposition.prepare
             exporter.next_scrape = metrics.exposition.next_scrape
         except OSError as exc:
