@@ -6,7 +6,7 @@ escapes every label name of every series at every scrape, though the label sets 
 from one second to the next, and the families' `Sample` objects are built anew too (at 64 sources
 that is most of a scrape's CPU: docs/performance.md).
 
-`SeriesWriter` writes the same bytes from the document's series (`collector.walk`): for a series
+`SeriesWriter` writes the same bytes from the document's series (`DocumentMetrics.walk`): for a series
 it has not seen, it asks prometheus_client for that series alone (`generate_latest` of a family
 holding just it) and keeps the text before each value; then every scrape appends to those the
 values spelled by prometheus_client's `floatToGoString`, as `generate_latest` does. The HELP and
