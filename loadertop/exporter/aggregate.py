@@ -134,7 +134,9 @@ class WorkerFetchTotals:
 
     `of(document)` computes them once per document (kept for the same document object), so
     that the writer of the scrape's text and prometheus_client's reference for the same
-    document read the same sums. Not thread-safe: the exposition calls it under its lock."""
+    document read the same sums; a document older than the last one (by `taken_at`) reads the
+    last one's sums rather than taking its counts for workers that started over. Not
+    thread-safe: the exposition calls it under its lock."""
 
     def __init__(self) -> None:
         self._document: Document | None = None
@@ -142,7 +144,8 @@ class WorkerFetchTotals:
         self._sources: dict[str, _SourceFetches] = {}
 
     def of(self, document: Document) -> dict[str, HistogramFigures]:
-        if document is not self._document:
+        last = self._document
+        if document is not last and (last is None or document.taken_at >= last.taken_at):
             sources: dict[str, _SourceFetches] = {}
             totals: dict[str, HistogramFigures] = {}
             for source in document.sources:

@@ -278,8 +278,11 @@ class Exposition:
         return True
 
     def body(self, gzipped: bool) -> bytes:
-        document = self._latest()
         with self._lock:
+            # Read under the lock: a scrape that waited for another's writing then finds the
+            # document that one wrote, or a newer one, never an older one (the sums over workers
+            # move forward only: aggregate.WorkerFetchTotals).
+            document = self._latest()
             if document is None or document is not self._written_for:
                 series = self._series(document) if document is not None else b""
                 self._text = series + generate_latest(self._others)

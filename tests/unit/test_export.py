@@ -302,6 +302,23 @@ def test_the_summed_fetches_never_go_down_when_workers_leave_or_start_over():
     assert value(fam, "loadertop_worker_fetch_seconds_count", **labels) == (2 + 14 + 11 + 10) * n
 
 
+def test_an_older_document_written_late_does_not_count_the_workers_again():
+    """Two scrapers racing: the exposition reads the latest document under its lock, and the sums
+    over workers ignore a document older than the last one (its lower counts are not workers
+    starting over)."""
+    base = healthy_doc()
+    n = len(wire.HISTOGRAM_BOUNDS_NS) + 1
+    older = _with_workers(base, {0: [5] * n, 1: [5] * n})
+    newer = msgspec.structs.replace(_with_workers(base, {0: [9] * n, 1: [9] * n}),
+                                    taken_at=base.taken_at + 1)
+    later = msgspec.structs.replace(_with_workers(base, {0: [10] * n, 1: [10] * n}),
+                                    taken_at=base.taken_at + 2)
+    metrics = DocumentMetrics()
+    counts = [metrics.fetch_totals.of(doc)[doc.sources[0].id].count
+              for doc in (older, newer, older, later)]
+    assert counts == [10 * n, 18 * n, 18 * n, 20 * n]
+
+
 # --------------------------------------------------------------------------- findings
 def test_findings_one_series_per_kind():
     doc = pitfalls_doc()
