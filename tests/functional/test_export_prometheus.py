@@ -49,6 +49,9 @@ pytestmark = pytest.mark.slow
 RATE_WINDOW_S = 10
 LEAD_S = 2  # scraped this long before the rate window too
 RULES = REPO / "examples" / "grafana" / "loadertop-rules.yml"
+# docs/prometheus.md's share of time in a category (the bottleneck's one series, counted)
+CATEGORY_SHARE = (f'count_over_time(loadertop_bottleneck{{category="compute_bound"}}[{RATE_WINDOW_S}s])'
+                  f' / ignoring (category) count_over_time(loadertop_source_up[{RATE_WINDOW_S}s])')
 
 
 @pytest.fixture(scope="module")
@@ -108,6 +111,7 @@ def scraped():
             "p95": prometheus.query("histogram_quantile(0.95, rate(loadertop_wait_seconds_bucket"
                                     f"[{RATE_WINDOW_S}s]))", at),
             "bottleneck": prometheus.query("loadertop_bottleneck == 1", at),
+            "category_share": prometheus.query(CATEGORY_SHARE, at),
             "source_up": prometheus.query("loadertop_source_up", at),
             "workers_up": prometheus.query("sum(loadertop_worker_up)", at),
             # the source's series but its findings' (which come and go)
@@ -182,6 +186,12 @@ def test_the_bottleneck_series_names_the_snapshots_category(scraped):
     src = source_of(scraped["doc"], scraped["job"].pid)
     assert value == 1.0
     assert labels["category"] == src["diagnosis"]["category"] == "compute_bound"
+
+
+def test_the_share_of_time_in_a_category_counts_the_bottlenecks_one_series(scraped):
+    labels, share = _only(scraped["results"]["category_share"])
+    assert labels["pid"] == str(scraped["job"].pid)
+    assert 0.0 < share <= 1.0
 
 
 def test_the_source_and_its_workers_are_up(scraped):
