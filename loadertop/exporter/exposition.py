@@ -6,7 +6,7 @@ escapes every label name of every series at every scrape, though the label sets 
 from one second to the next, and the families' `Sample` objects are built anew too (at 64 sources
 that is most of a scrape's CPU: docs/performance.md).
 
-`SeriesWriter` writes the same bytes from the document's series (`collector.walk`): for a series
+`SeriesWriter` writes the same bytes from the document's series (`DocumentMetrics.walk`): for a series
 it has not seen, it asks prometheus_client for that series alone (`generate_latest` of a family
 holding just it) and keeps the text before each value; then every scrape appends to those the
 values spelled by prometheus_client's `floatToGoString`, as `generate_latest` does. The HELP and
@@ -37,10 +37,10 @@ from loadertop.client.document import Document, HistogramFigures
 from loadertop.exporter.collector import (
     FAMILIES,
     DocumentCollector,
+    DocumentMetrics,
     Family,
     MetricFamily,
     _buckets,
-    walk,
 )
 
 # Prometheus asks for gzip; level 1 shrinks an exposition nearly as much as the default level 9
@@ -77,28 +77,28 @@ def _prefix(line: str) -> str:
     return line[:line.rindex(" ") + 1]
 
 
-def header(family: Family) -> str:
+def header(family: Family, per_worker: bool) -> str:
     """prometheus_client's HELP and TYPE lines of `family` (what it writes for an empty one)."""
-    return "".join(line + "\n" for line in _written(family.metric_family()))
+    return "".join(line + "\n" for line in _written(family.metric_family(per_worker)))
 
 
-def value_prefix(family: Family, labels: tuple[str, ...]) -> str:
+def value_prefix(family: Family, labels: tuple[str, ...], per_worker: bool) -> str:
     """prometheus_client's text before the value of `family`'s series `labels`."""
-    made = family.metric_family()
+    made = family.metric_family(per_worker)
     made.add_metric(labels, 0.0)
     (line,) = _sample_lines(_written(made))
     return _prefix(line)
 
 
-def histogram_prefixes(family: Family, labels: tuple[str, ...],
-                       figures: HistogramFigures) -> tuple[tuple[str, int], ...] | None:
+def histogram_prefixes(family: Family, labels: tuple[str, ...], figures: HistogramFigures,
+                       per_worker: bool) -> tuple[tuple[str, int], ...] | None:
     """prometheus_client's lines of a histogram series, each as (the text before its value,
     which value: a bucket's index, _COUNT or _SUM), in its order; None when the figures are
     inconsistent (the family then has no such series)."""
     buckets = _buckets(figures)
     if buckets is None:
         return None
-    made = family.metric_family()
+    made = family.metric_family(per_worker)
     made.add_metric(labels, buckets, 0.0)
     out = []
     bucket = 0
@@ -129,12 +129,14 @@ def _glued(prefixes: tuple[tuple[str, int], ...] | None) -> _Glued | None:
 
 
 class SeriesWriter:
-    """`generate_latest` of a registry holding a `DocumentCollector`, for one document after
-    another, with the series' prefixes kept from one document to the next (those of series no
-    longer present are dropped)."""
+    """`generate_latest` of a registry holding a `DocumentCollector` of `metrics`, for one
+    document after another, with the series' prefixes kept from one document to the next (those
+    of series no longer present are dropped)."""
 
-    def __init__(self) -> None:
-        self._headers = [header(family) for family in FAMILIES]
+    def __init__(self, metrics: DocumentMetrics | None = None) -> None:
+        self.metrics = metrics = metrics or DocumentMetrics()
+        per_worker = metrics.per_worker
+        self._headers = [header(family, per_worker) for family in FAMILIES]
         self._values: dict[tuple[int, tuple[str, ...]], str] = {}
         self._histograms: dict[tuple[int, tuple[str, ...], tuple[float, ...]],
                                _Glued | None] = {}
@@ -148,6 +150,7 @@ class SeriesWriter:
         out: list[list[str]] = [[header] for header in self._headers]
         spell: Callable[[float], str] = floatToGoString
         spelled = self._spelled
+        per_worker = self.metrics.per_worker
         if len(spelled) > MAX_SPELLED:
             spelled.clear()
 
@@ -159,7 +162,7 @@ class SeriesWriter:
             key = (family.index, labels)
             prefix = old_values.get(key)
             if prefix is None:
-                prefix = value_prefix(family, labels)
+                prefix = value_prefix(family, labels, per_worker)
             values[key] = prefix
             out[family.index].append(prefix + spell(v) + "\n")
 
@@ -168,7 +171,7 @@ class SeriesWriter:
             if key in old_histograms:
                 glue = old_histograms[key]
             else:
-                glue = _glued(histogram_prefixes(family, labels, figures))
+                glue = _glued(histogram_prefixes(family, labels, figures, per_worker))
             histograms[key] = glue
             if glue is None or len(figures.counts) != len(figures.le_ms) + 1:
                 return
@@ -181,15 +184,16 @@ class SeriesWriter:
             values.append(spell(figures.sum_ms / 1000.0))
             out[family.index].append("".join(chain.from_iterable(zip(texts, pick(values)))) + "\n")
 
-        walk(document, value, histogram)
+        self.metrics.walk(document, value, histogram)
         self._values, self._histograms = values, histograms
         return "".join("".join(lines) for lines in out).encode("utf-8")
 
 
-def reference(document: Document) -> bytes:
-    """What `generate_latest` writes for `document`'s families (SeriesWriter's claim)."""
+def reference(document: Document, metrics: DocumentMetrics | None = None) -> bytes:
+    """What `generate_latest` writes for `document`'s families (SeriesWriter's claim); `metrics`:
+    the writer's, whose sums over workers the same document then reads the same."""
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(DocumentCollector(lambda: document))
+    registry.register(DocumentCollector(lambda: document, metrics))
     return generate_latest(registry)
 
 
@@ -206,6 +210,7 @@ class Exposition:
     content_type = CONTENT_TYPE_PLAIN_0_0_4
 
     def __init__(self, others: CollectorRegistry, latest: Callable[[], Document | None], *,
+                 metrics: DocumentMetrics | None = None,
                  warn: Callable[[str], None] | None = None,
                  clock: Callable[[], float] = time.monotonic) -> None:
         self._others = others
@@ -214,7 +219,8 @@ class Exposition:
         self._scraped_at: float | None = None  # the latest scrape's time, and the gap before it
         self._scrape_gap: float | None = None
         self._scrape_gzipped = True
-        self._writer: SeriesWriter | None = SeriesWriter()
+        self._metrics = metrics = metrics or DocumentMetrics()
+        self._writer: SeriesWriter | None = SeriesWriter(metrics)
         self._checked = False
         self._warn = warn or (lambda line: print(line, file=sys.stderr, flush=True))
         self._lock = threading.Lock()  # one writer at a time; the others then reuse its text
@@ -224,16 +230,16 @@ class Exposition:
 
     def _series(self, document: Document) -> bytes:
         if self._writer is None:
-            return reference(document)
+            return reference(document, self._metrics)
         text = self._writer.write(document)
         if not self._checked and document.sources:
             self._checked = True
-            if text != reference(document):
+            if text != reference(document, self._metrics):
                 self._writer = None
                 self._warn("loadertop export: this prometheus_client writes series differently "
                            "from what loadertop keeps of them; writing every scrape in full "
                            "(slower)")
-                return reference(document)
+                return reference(document, self._metrics)
         return text
 
     def scrape(self, gzipped: bool) -> bytes:
@@ -272,8 +278,11 @@ class Exposition:
         return True
 
     def body(self, gzipped: bool) -> bytes:
-        document = self._latest()
         with self._lock:
+            # Read under the lock: a scrape that waited for another's writing then finds the
+            # document that one wrote, or a newer one, never an older one (the sums over workers
+            # move forward only: aggregate.WorkerFetchTotals).
+            document = self._latest()
             if document is None or document is not self._written_for:
                 series = self._series(document) if document is not None else b""
                 self._text = series + generate_latest(self._others)

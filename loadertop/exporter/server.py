@@ -29,7 +29,7 @@ from prometheus_client.exposition import ThreadingWSGIServer, gzip_accepted
 from loadertop import endpoints
 from loadertop.client.document import Document
 from loadertop.client.subscriber import MAX_FRAMES_PER_POLL
-from loadertop.exporter.collector import ExporterCollector
+from loadertop.exporter.collector import DocumentMetrics, ExporterCollector
 from loadertop.exporter.exposition import Exposition
 
 ADVANCE_S = 1.0  # the model moves on once a second, as the TUI's default refresh
@@ -160,13 +160,15 @@ class MetricsServer:
     per request. Binds in the constructor: an address in use or not on this machine is an
     OSError there, before anything is started."""
 
-    def __init__(self, latest: Callable[[], Document | None], address: ListenAddress) -> None:
+    def __init__(self, latest: Callable[[], Document | None], address: ListenAddress, *,
+                 per_worker: bool = False) -> None:
         # The document's series are written by `Exposition` (prometheus_client's text, its
         # per-series parts kept); the exporter's own figures by prometheus_client from this.
         self.others = CollectorRegistry(auto_describe=False)
         self.others.register(ExporterCollector(latest))
         self.others.register(ProcessCollector(registry=None))  # the exporter's own CPU, memory
-        self.exposition = exposition = Exposition(self.others, latest)
+        self.exposition = exposition = Exposition(self.others, latest,
+                                                  metrics=DocumentMetrics(per_worker))
 
         def app(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
             path = environ.get("PATH_INFO", "")

@@ -1,6 +1,7 @@
 """`loadertop export` at fleet scale: one exporter watching 64 sources, scraped every second.
 
     python tests/benchmarks/export_scale.py [--sources 64] [--processes 32] [--seconds 30]
+                                            [--per-worker] [--prometheus S]
 
 Starts `--processes` feeder processes (a torchrun job's ranks, say), each a real publisher of
 `--sources / --processes` loaders (train, val, ...): a ZeroMQ PUB on its own ipc socket,
@@ -12,7 +13,10 @@ that directory, waits until it serves every source and the model's 120 s of hist
 for `--seconds` as Prometheus 2.x does (asking for OpenMetrics first, with gzip). Prints the
 exporter's CPU (its process CPU time / wall time, psutil), split into receiving and each
 scrape's cost, and each scrape's latency (request to last byte) against the goals: <= 5 % of one
-core, < 100 ms per scrape.
+core, < 100 ms per scrape; and what a scrape holds: its series, per source, and its bytes (as
+served, and gzipped as Prometheus asks for it). `--per-worker` runs the exporter with that option.
+`--prometheus S` then has a real Prometheus (Debian's `prometheus`, tests/prometheus_server.py)
+scrape it every second for S seconds, and prints what Prometheus measured of its scrapes.
 
 Not a pytest test: it takes about three minutes and its figures depend on the machine.
 """
@@ -99,6 +103,57 @@ def scrape(url: str) -> tuple[float, bytes]:
     return elapsed, gzip.decompress(body) if gzipped else body
 
 
+def count_series(body: bytes) -> tuple[int, list[int]]:
+    """The series of a scrape, and each source's (those with its four labels; the machine's
+    findings and the exporter's own figures are in the total only)."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    total = 0
+    sources: dict[tuple[str, ...], int] = {}
+    for family in text_string_to_metric_families(body.decode()):
+        for sample in family.samples:
+            total += 1
+            labels = sample.labels
+            if labels.get("loader"):
+                key = (labels["host"], labels["pid"], labels["rank"], labels["loader"])
+                sources[key] = sources.get(key, 0) + 1
+    return total, sorted(sources.values()) or [0]
+
+
+def by_prometheus(directory: str, target: str, exporter, seconds: float) -> None:
+    """A real Prometheus scraping the exporter every second for `seconds`: what it measured."""
+    sys.path.insert(0, TESTS)
+    from prometheus_server import PROMETHEUS, Prometheus
+
+    if PROMETHEUS is None:
+        print("  (no prometheus installed: apt-get install prometheus)")
+        return
+    workdir = Path(directory) / "prometheus"
+    workdir.mkdir()
+    prometheus = Prometheus(workdir, target, extra_scrape_metrics=True)
+    try:
+        prometheus.wait_ready()
+        c0, w0 = sum(exporter.cpu_times()[:2]), time.monotonic()
+        time.sleep(seconds)
+        c1, w1 = sum(exporter.cpu_times()[:2]), time.monotonic()
+        window = f"{int(seconds)}s"
+
+        def one(promql: str) -> float:
+            result = prometheus.query(promql)
+            return float(result[0]["value"][1]) if result else float("nan")
+
+        print(f"  scraped by Prometheus every 1 s for {seconds:g} s: "
+              f"{one('scrape_samples_scraped'):.0f} samples a scrape, "
+              f"{one('scrape_body_size_bytes') / 1024:.0f} KiB a body; scrape duration "
+              f"mean {1000 * one(f'avg_over_time(scrape_duration_seconds[{window}])'):.1f} ms, "
+              f"max {1000 * one(f'max_over_time(scrape_duration_seconds[{window}])'):.1f} ms "
+              f"({one(f'count_over_time(scrape_duration_seconds[{window}])'):.0f} scrapes, "
+              f"{one(f'sum_over_time(up[{window}])'):.0f} up); exporter CPU meanwhile "
+              f"{100.0 * (c1 - c0) / (w1 - w0):.1f} % of one core")
+    finally:
+        prometheus.stop()
+
+
 def sources_up(body: bytes) -> int:
     return sum(1 for line in body.decode().splitlines()
                if line.startswith("loadertop_source_up{") and line.endswith(" 1.0"))
@@ -112,6 +167,9 @@ def main() -> int:
     p.add_argument("--warmup", type=float, default=WARMUP_S,
                    help="seconds to wait once every source is served (default: the model's "
                         "120 s of history, filled)")
+    p.add_argument("--per-worker", action="store_true", help="export with --per-worker")
+    p.add_argument("--prometheus", type=float, default=0.0, metavar="S",
+                   help="then S seconds scraped by a real Prometheus (default: none)")
     p.add_argument("--feed", nargs=3, help=argparse.SUPPRESS)  # internal: DIR RANK COUNT
     args = p.parse_args()
     if args.feed:
@@ -135,7 +193,8 @@ def main() -> int:
                 stdin=subprocess.DEVNULL, start_new_session=True))
         port = free_port()
         exporter = subprocess.Popen(
-            [sys.executable, "-m", "loadertop", "export", "--listen", f"127.0.0.1:{port}"],
+            [sys.executable, "-m", "loadertop", "export", "--listen", f"127.0.0.1:{port}",
+             *(["--per-worker"] if args.per_worker else [])],
             # In REPO: `-m` puts the working directory first on sys.path, before PYTHONPATH.
             env=env, stdin=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True,
             cwd=REPO)
@@ -154,10 +213,13 @@ def main() -> int:
             time.sleep(0.2)
         time.sleep(args.warmup)
         proc = psutil.Process(exporter.pid)
-        series = sum(1 for line in body.decode().splitlines() if line and not line.startswith("#"))
-        print(f"one exporter, {args.sources} sources in {len(feeders)} processes (4 workers each, "
-              f"~42 batches/s), {series} series, {len(body) / 1024:.0f} KiB a scrape, "
-              f"{os.cpu_count()} cores")
+        _, body = scrape(url)
+        series, per_source = count_series(body)
+        print(f"one exporter{' --per-worker' if args.per_worker else ''}, {args.sources} sources in "
+              f"{len(feeders)} processes (4 workers each, ~42 batches/s), {os.cpu_count()} cores")
+        print(f"  {series} series, {min(per_source)}-{max(per_source)} a source; "
+              f"{len(body) / 1024:.0f} KiB a scrape, {len(gzip.compress(body, 1)) / 1024:.0f} KiB "
+              "gzipped")
         # First unscraped (receiving and advancing only), then scraped once a second: the
         # difference is what the scrapes cost, so the CPU at any scrape interval follows.
         c0, w0 = sum(proc.cpu_times()[:2]), time.monotonic()
@@ -195,6 +257,8 @@ def main() -> int:
         print(f"    each scrape, in order (ms): {in_order}; after the first: p50 "
               f"{rest[len(rest) // 2]:.1f} ms, max {rest[-1]:.1f} ms")
         print(f"  sources up at the end: {up} of {args.sources}")
+        if args.prometheus > 0:
+            by_prometheus(directory, f"127.0.0.1:{port}", proc, args.prometheus)
     finally:
         for child in ([exporter] if exporter is not None else []) + feeders:
             try:

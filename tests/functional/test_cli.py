@@ -110,6 +110,8 @@ def test_unknown_option_is_a_usage_error_without_traceback():
     "loadertop.tui.replay",
     "loadertop.commands.export",
     "loadertop.exporter.server",
+    "loadertop.exporter.tensorboard",
+    "loadertop.client.tracker_keys",
     "loadertop.system",
 ])
 def test_viewer_side_modules_leave_torch_out(module):

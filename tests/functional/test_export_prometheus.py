@@ -8,7 +8,10 @@ itself counted and what `loadertop snapshot --json` says:
 - `rate(loadertop_batches_total[10s])` is the job's own batches/s over the same 10 s within 10 %;
 - `histogram_quantile(0.95, rate(loadertop_wait_seconds_bucket[10s]))` is the snapshot's p95 wait
   within the width of the bucket it falls in;
-- the `loadertop_bottleneck` series at 1 names the snapshot's category.
+- the `loadertop_bottleneck` series at 1 names the snapshot's category;
+- the source is 36 series (docs/prometheus.md's count), every rule of
+  examples/grafana/loadertop-rules.yml evaluates and records the job, and every query of the
+  Grafana dashboard shows it.
 
 One Prometheus, one job, one exporter for the whole module (~20 s). Without `prometheus` on PATH
 a local run skips with that reason; under CI (`LOADERTOP_CI` set: `.ci/run` installs the package)
@@ -21,17 +24,12 @@ import bisect
 import json
 import os
 import shutil
-import socket
 import subprocess
 import time
-import urllib.error
-import urllib.parse
-import urllib.request
-from pathlib import Path
 
 import pytest
 
-from loadertop import wire
+from loadertop.exporter.aggregate import EXPORTED_LE_MS
 
 from conftest import (
     REPO,
@@ -44,69 +42,16 @@ from conftest import (
     source_of,
     wait_for,
 )
+from prometheus_server import PROMETHEUS, Prometheus, free_port, http_get
 
 pytestmark = pytest.mark.slow
 
-PROMETHEUS = shutil.which("prometheus")
 RATE_WINDOW_S = 10
 LEAD_S = 2  # scraped this long before the rate window too
-READY_TIMEOUT_S = 30.0
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _get(url: str, timeout: float = 5.0) -> bytes | None:
-    try:
-        with urllib.request.urlopen(url, timeout=timeout) as response:
-            return response.read()
-    except (OSError, urllib.error.URLError):
-        return None
-
-
-class Prometheus:
-    """`prometheus` on loopback, scraping `target` every second, its data in `workdir`."""
-
-    def __init__(self, workdir: Path, target: str) -> None:
-        self.port = _free_port()
-        self.base = f"http://127.0.0.1:{self.port}"
-        config = workdir / "prometheus.yml"
-        config.write_text(
-            "global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\n  evaluation_interval: 1s\n"
-            "scrape_configs:\n  - job_name: loadertop\n"
-            f"    static_configs:\n      - targets: ['{target}']\n")
-        self.log = open(workdir / "prometheus.log", "wb")
-        self.proc = subprocess.Popen(
-            [PROMETHEUS, f"--config.file={config}", f"--storage.tsdb.path={workdir / 'data'}",
-             f"--web.listen-address=127.0.0.1:{self.port}", "--log.level=warn"],
-            stdout=self.log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-            start_new_session=True)
-
-    def wait_ready(self) -> None:
-        def ready():
-            if self.proc.poll() is not None:
-                raise AssertionError(f"prometheus exited {self.proc.returncode}: {self.logs()}")
-            return _get(f"{self.base}/-/ready", timeout=1.0) is not None
-        wait_for(ready, READY_TIMEOUT_S, "prometheus to be ready", interval=0.1)
-
-    def query(self, promql: str, at: float) -> list[dict]:
-        args = urllib.parse.urlencode({"query": promql, "time": f"{at:.3f}"})
-        raw = _get(f"{self.base}/api/v1/query?{args}")
-        assert raw is not None, f"prometheus did not answer {promql!r}: {self.logs()}"
-        answer = json.loads(raw)
-        assert answer["status"] == "success", answer
-        return answer["data"]["result"]
-
-    def logs(self) -> str:
-        self.log.flush()
-        return Path(self.log.name).read_text(errors="replace")[-3000:]
-
-    def stop(self) -> None:
-        kill_group(self.proc)
-        self.log.close()
+RULES = REPO / "examples" / "grafana" / "loadertop-rules.yml"
+# docs/prometheus.md's share of time in a category (the bottleneck's one series, counted)
+CATEGORY_SHARE = (f'count_over_time(loadertop_bottleneck{{category="compute_bound"}}[{RATE_WINDOW_S}s])'
+                  f' / ignoring (category) count_over_time(loadertop_source_up[{RATE_WINDOW_S}s])')
 
 
 @pytest.fixture(scope="module")
@@ -130,12 +75,12 @@ def scraped():
                    "--duration", 90, directory=workdir)
     exporter = prometheus = None
     try:
-        port = _free_port()
+        port = free_port()
         exporter = subprocess.Popen(loadertop_cmd("export", "--listen", f"127.0.0.1:{port}"),
                                     env=clean_env(workdir), stdout=subprocess.DEVNULL,
                                     stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, cwd=REPO,
                                     start_new_session=True)
-        prometheus = Prometheus(workdir, f"127.0.0.1:{port}")
+        prometheus = Prometheus(workdir, f"127.0.0.1:{port}", rule_files=[RULES])
         job.wait_discovery()
         prometheus.wait_ready()
 
@@ -143,7 +88,7 @@ def scraped():
             if exporter.poll() is not None:
                 raise AssertionError(f"export exited {exporter.returncode}: "
                                      f"{exporter.stderr.read().decode(errors='replace')}")
-            body = _get(f"http://127.0.0.1:{port}/metrics", timeout=1.0)
+            body = http_get(f"http://127.0.0.1:{port}/metrics", timeout=1.0)
             return body is not None and b"loadertop_source_up{" in body
         wait_for(serving, 60.0, "the exporter to serve the job", interval=0.1)
         snap = SnapshotRun(workdir, seconds=3.0)
@@ -166,9 +111,16 @@ def scraped():
             "p95": prometheus.query("histogram_quantile(0.95, rate(loadertop_wait_seconds_bucket"
                                     f"[{RATE_WINDOW_S}s]))", at),
             "bottleneck": prometheus.query("loadertop_bottleneck == 1", at),
+            "category_share": prometheus.query(CATEGORY_SHARE, at),
             "source_up": prometheus.query("loadertop_source_up", at),
             "workers_up": prometheus.query("sum(loadertop_worker_up)", at),
+            # the source's series but its findings' (which come and go)
+            "series": prometheus.query('count by (host, pid, rank, loader) ({__name__=~"loadertop_.+"'
+                                       ', __name__!="loadertop_finding", loader!=""})', at),
+            "rules": prometheus.rules(),
         }
+        results["recorded"] = {rule["name"]: prometheus.query(rule["name"], at)
+                               for rule in results["rules"] if rule["type"] == "recording"}
         results["dashboard"] = {title: prometheus.query(expr, at) for title, expr in _dashboard()}
         doc = snap.document()
         yield {"job": job, "at": at, "counted": counted, "results": results, "doc": doc}
@@ -213,7 +165,7 @@ def test_the_batch_rate_is_the_jobs_own(scraped):
 
 
 def _bucket_width_ms(value_ms: float) -> float:
-    bounds = [0.0] + [b / 1e6 for b in wire.HISTOGRAM_BOUNDS_NS]
+    bounds = [0.0, *EXPORTED_LE_MS]
     i = bisect.bisect_left(bounds, value_ms)
     i = min(max(i, 1), len(bounds) - 1)
     return bounds[i] - bounds[i - 1]
@@ -236,6 +188,12 @@ def test_the_bottleneck_series_names_the_snapshots_category(scraped):
     assert labels["category"] == src["diagnosis"]["category"] == "compute_bound"
 
 
+def test_the_share_of_time_in_a_category_counts_the_bottlenecks_one_series(scraped):
+    labels, share = _only(scraped["results"]["category_share"])
+    assert labels["pid"] == str(scraped["job"].pid)
+    assert 0.0 < share <= 1.0
+
+
 def test_the_source_and_its_workers_are_up(scraped):
     _labels, up = _only(scraped["results"]["source_up"])
     assert up == 1.0
@@ -251,3 +209,27 @@ def test_every_dashboard_query_is_valid_and_shows_the_job(scraped):
     assert not empty, f"panels without data: {empty}"
     (bottleneck,) = answers["Current bottleneck"]
     assert bottleneck["metric"]["category"] == "compute_bound"
+
+
+def test_the_source_is_36_series_and_at_most_50_with_findings(scraped):
+    """docs/prometheus.md's count for a loader with workers: 36 series, one more per finding kind
+    listed (test_export's crowded source: 46 with every kind at once, whatever its workers)."""
+    labels, count = _only(scraped["results"]["series"])
+    assert labels["pid"] == str(scraped["job"].pid)
+    assert count == 36
+
+
+def test_every_rule_of_the_example_rules_evaluates_and_records_the_job(scraped):
+    rules = scraped["results"]["rules"]
+    assert {rule["type"] for rule in rules} == {"recording", "alerting"}
+    unhealthy = [(rule["name"], rule.get("lastError")) for rule in rules if rule["health"] != "ok"]
+    assert not unhealthy, unhealthy
+    assert not [r["name"] for r in rules if r["type"] == "alerting" and r["state"] != "inactive"]
+    recorded = scraped["results"]["recorded"]
+    assert len(recorded) >= 4
+    for name, result in recorded.items():
+        labels, _ = _only(result)
+        assert labels["pid"] == str(scraped["job"].pid), name
+    # the loop hardly waits (compute-bound): the share from the counters says so too
+    _, share = _only(recorded["loader:loadertop_wait_share:rate5m"])
+    assert 0.0 <= share < 0.3

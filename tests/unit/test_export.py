@@ -10,18 +10,20 @@ import socket
 import urllib.error
 import urllib.request
 
+import msgspec
 import pytest
 from prometheus_client import CollectorRegistry
 from prometheus_client.parser import text_string_to_metric_families
 
 from loadertop import cli, wire
-from loadertop.client.document import Document
+from loadertop.client.document import Document, Finding, HistogramFigures
 from loadertop.client.model import Model
-from loadertop.diagnosis import CATEGORIES
 from loadertop.exporter import exposition
-from loadertop.exporter.collector import ExporterCollector
+from loadertop.exporter.aggregate import EXPORTED_LE_MS, STEP_LE_MS
+from loadertop.exporter.collector import DocumentMetrics, ExporterCollector
 from loadertop.exporter.exposition import Exposition, SeriesWriter, reference
 from loadertop.exporter.server import ListenError, MetricsServer, parse_listen
+from loadertop.findings import MACHINE_KINDS, SOURCE_KINDS
 
 import fakes
 from fakes import (
@@ -39,17 +41,18 @@ from fakes import (
 )
 
 
-def scrape(doc: Document | None) -> str:
+def scrape(doc: Document | None, per_worker: bool = False) -> str:
     """What the server's /metrics would serve for `doc` (its Exposition, without the process
     collector, whose figures move)."""
     others = CollectorRegistry(auto_describe=False)
     others.register(ExporterCollector(lambda: doc))
-    return Exposition(others, lambda: doc, warn=pytest.fail).body(False).decode()
+    return Exposition(others, lambda: doc, metrics=DocumentMetrics(per_worker),
+                      warn=pytest.fail).body(False).decode()
 
 
-def parsed(doc: Document | None) -> dict:
+def parsed(doc: Document | None, per_worker: bool = False) -> dict:
     """{family name: family} as Prometheus's text parser reads the exposition back."""
-    return {f.name: f for f in text_string_to_metric_families(scrape(doc))}
+    return {f.name: f for f in text_string_to_metric_families(scrape(doc, per_worker))}
 
 
 def samples(families: dict, name: str, **labels: str) -> list:
@@ -72,6 +75,13 @@ def source_labels(src) -> dict[str, str]:
             "loader": src.name}
 
 
+def cumulative_at(figures, bounds_ms) -> list[int]:
+    """The probe's counts of `figures` at or below each of `bounds_ms`, then all of them."""
+    out = [sum(c for le, c in zip(figures.le_ms, figures.counts) if le <= bound)
+           for bound in bounds_ms]
+    return [*out, sum(figures.counts)]
+
+
 # --------------------------------------------------------------------------- one healthy source
 def test_a_healthy_source_in_every_metric():
     doc = healthy_doc()
@@ -86,7 +96,28 @@ def test_a_healthy_source_in_every_metric():
     for state, figure in (("ready", src.queue.ready), ("in_flight", src.queue.in_flight),
                           ("capacity", src.queue.capacity)):
         assert value(fam, "loadertop_queue_batches", state=state, **labels) == figure
-    assert len(src.workers) == 4
+    # the workers: one series per source, what sum / avg without (worker) would give
+    workers = src.workers
+    assert len(workers) == 4
+    assert value(fam, "loadertop_worker_up", **labels) == 4.0
+    assert value(fam, "loadertop_worker_resident_memory_bytes", **labels) == sum(
+        w.rss_bytes for w in workers)
+    assert value(fam, "loadertop_worker_cpu_ratio", **labels) == pytest.approx(
+        sum(w.cpu_fraction for w in workers) / 4)
+    assert value(fam, "loadertop_worker_fetch_seconds_count", **labels) == sum(
+        w.fetch_histogram.count for w in workers)
+    assert value(fam, "loadertop_worker_fetch_seconds_sum", **labels) == pytest.approx(
+        sum(w.fetch_histogram.sum_ms for w in workers) / 1e3)
+    assert not any("worker" in s.labels for f in fam.values() for s in f.samples)
+    # the own figures: what this viewer received
+    assert value(fam, "loadertop_exporter_received_messages_total") == doc.viewer.received
+
+
+def test_per_worker_every_worker_in_its_own_series():
+    doc = healthy_doc()
+    fam = parsed(doc, per_worker=True)
+    (src,) = doc.sources
+    labels = source_labels(src)
     for w in src.workers:
         wl = {**labels, "worker": str(w.id)}
         assert value(fam, "loadertop_worker_up", **wl) == 1.0
@@ -94,56 +125,113 @@ def test_a_healthy_source_in_every_metric():
         assert value(fam, "loadertop_worker_cpu_ratio", **wl) == w.cpu_fraction
         assert w.fetch_histogram is not None
         assert value(fam, "loadertop_worker_fetch_seconds_count", **wl) == w.fetch_histogram.count
-    # the own figures: what this viewer received
-    assert value(fam, "loadertop_exporter_received_messages_total") == doc.viewer.received
+        buckets = [b.value for b in samples(fam, "loadertop_worker_fetch_seconds_bucket", **wl)]
+        assert buckets == cumulative_at(w.fetch_histogram, EXPORTED_LE_MS)
+    assert len(samples(fam, "loadertop_worker_up", **labels)) == 4
+    # the per-source series are the same either way
+    default = parsed(doc)
+    for name in ("loadertop_source_up", "loadertop_batches_total", "loadertop_wait_seconds_count",
+                 "loadertop_wait_ratio"):
+        assert value(fam, name, **labels) == value(default, name, **labels)
 
 
-@pytest.mark.parametrize("name, figure", [
-    ("loadertop_wait_seconds", "wait_histogram"), ("loadertop_step_seconds", "step_histogram")])
-def test_histograms_are_the_cumulative_counts_in_seconds(name, figure):
+def test_the_waits_and_fetches_in_eight_buckets_the_steps_as_count_and_sum():
     doc = healthy_doc()
     (src,) = doc.sources
-    histogram = getattr(src, figure)
-    assert histogram is not None and histogram.count > 0
     fam = parsed(doc)
-    assert fam[name].type == "histogram"
-    buckets = samples(fam, f"{name}_bucket", **source_labels(src))
-    bounds = [float(b.labels["le"]) for b in buckets]
-    assert bounds[:-1] == [b / 1e9 for b in wire.HISTOGRAM_BOUNDS_NS]  # 5e-05 .. 60 s
-    assert bounds[-1] == float("inf")
-    cumulative = [b.value for b in buckets]
-    running = 0
-    for count, got in zip(histogram.counts, cumulative):
-        running += count
-        assert got == running
-    assert value(fam, f"{name}_count", **source_labels(src)) == histogram.count
-    assert value(fam, f"{name}_sum", **source_labels(src)) == pytest.approx(histogram.sum_ms / 1e3)
+    labels = source_labels(src)
+    assert [b / 1e6 for b in wire.HISTOGRAM_BOUNDS_NS if b / 1e6 in EXPORTED_LE_MS] == list(
+        EXPORTED_LE_MS)  # each served bound is one of the probe's: every count exact
+    for name, histogram in (("loadertop_wait_seconds", src.wait_histogram),
+                            ("loadertop_step_seconds", src.step_histogram)):
+        assert histogram is not None and histogram.count > 0
+        assert fam[name].type == "histogram"
+        buckets = samples(fam, f"{name}_bucket", **labels)
+        bounds = [float(b.labels["le"]) for b in buckets]
+        served = EXPORTED_LE_MS if name == "loadertop_wait_seconds" else STEP_LE_MS
+        assert bounds == [*(b / 1e3 for b in served), float("inf")]
+        assert [b.value for b in buckets] == cumulative_at(histogram, served)
+        assert value(fam, f"{name}_count", **labels) == histogram.count
+        assert value(fam, f"{name}_sum", **labels) == pytest.approx(histogram.sum_ms / 1e3)
+    assert [float(b.labels["le"]) for b in samples(fam, "loadertop_wait_seconds_bucket")][:8] == [
+        0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1.0, 5.0]
 
 
-def test_the_bottleneck_is_a_state_set_with_exactly_one_category_per_source():
+def test_the_bottleneck_is_one_series_naming_the_category():
     for doc in (healthy_doc(), pitfalls_doc(), killed_worker_doc(), same_name_doc()):
         fam = parsed(doc)
         for src in doc.sources:
-            got = {s.labels["category"]: s.value
-                   for s in samples(fam, "loadertop_bottleneck", **source_labels(src))}
-            assert set(got) == set(CATEGORIES)
-            assert [c for c, v in got.items() if v == 1.0] == [src.diagnosis.category]
-            assert sum(got.values()) == 1.0
+            got = samples(fam, "loadertop_bottleneck", **source_labels(src))
+            assert [(s.labels["category"], s.value) for s in got] == [(src.diagnosis.category, 1.0)]
+
+
+# --------------------------------------------------------------------------- the bound
+SEVERITY = {"worker_hung": "critical", "loop_hung": "critical", "worker_died": "critical",
+            "epoch_start_slow": "info"}
+
+
+def crowded_doc(workers: int = 8) -> Document:
+    """A source with `workers` workers and every finding a source can have at once, each worker's
+    kinds on every worker; and the machine's findings."""
+    doc = fakes._one([fakes.LoaderSim(workers=[fakes.WorkerSim() for _ in range(workers)])],
+                     [fakes.MachineSim()])
+    (src,) = doc.sources
+    about_workers = ("worker_hung", "worker_died", "slow_worker", "copy_on_read", "memory_growth",
+                     "fd_low")
+
+    def finding(kind, source, worker):
+        return Finding(kind=kind, severity=SEVERITY.get(kind, "warning"), source=source,
+                       worker=worker, since=T0, summary="s", evidence=(), advice=(), stack=None)
+
+    found = [finding(kind.KIND, src.id, None) for kind in SOURCE_KINDS]
+    found += [finding(kind, src.id, w) for kind in about_workers for w in range(workers)]
+    machine = [finding(kind.KIND, None, None) for kind in MACHINE_KINDS]
+    src = msgspec.structs.replace(src, findings=tuple(found))
+    return msgspec.structs.replace(doc, sources=(src,), findings=(*found, *machine))
+
+
+def series_of(text: str, src) -> int:
+    """The series (sample lines) of `src` in an exposition."""
+    labels = source_labels(src)
+    return sum(1 for f in text_string_to_metric_families(text) for s in f.samples
+               if all(s.labels.get(k) == v for k, v in labels.items()))
+
+
+def test_a_source_with_8_workers_and_every_finding_is_46_series():
+    """docs/prometheus.md's count: 8 gauges (up, batches, wait ratio, batch size, the queue's 3),
+    the bottleneck, 3 of the workers (up, RSS, CPU), the wait and fetch histograms (8 buckets,
+    +Inf, count, sum: 11 each), the steps' (+Inf, count, sum) and one per finding kind."""
+    doc = crowded_doc(8)
+    (src,) = doc.sources
+    assert len(src.workers) == 8 and {f.kind for f in src.findings} == {
+        k.KIND for k in SOURCE_KINDS}
+    expected = 7 + 1 + 3 + 2 * (len(EXPORTED_LE_MS) + 3) + 3 + len(SOURCE_KINDS)
+    assert expected == 46
+    assert series_of(scrape(doc), src) == expected <= 50
+    # and as many with 64 workers; per worker, many more
+    doc64 = crowded_doc(64)
+    assert series_of(scrape(doc64), doc64.sources[0]) == expected
+    assert series_of(scrape(doc, per_worker=True), src) > 8 * (len(EXPORTED_LE_MS) + 6)
+    # the machine's own: one series per kind, its host and no loader
+    machine = [s for s in samples(parsed(doc), "loadertop_finding") if s.labels["loader"] == ""]
+    assert len(machine) == len(MACHINE_KINDS)
 
 
 # --------------------------------------------------------------------------- lifecycle
+@pytest.mark.parametrize("per_worker", [False, True])
 @pytest.mark.parametrize("make, state", [(finished_doc, "finished"), (killed_worker_doc, "finished"),
                                          (disconnected_doc, "gone")])
-def test_a_finished_or_gone_source_is_down_with_its_workers(make, state):
+def test_a_finished_or_gone_source_is_down_with_its_workers(make, state, per_worker):
     doc = make()
     (src,) = doc.sources
     assert src.state == state
-    fam = parsed(doc)
+    fam = parsed(doc, per_worker)
     labels = source_labels(src)
     assert value(fam, "loadertop_source_up", **labels) == 0.0
     assert value(fam, "loadertop_batches_total", **labels) == src.batches_total  # kept
     ups = samples(fam, "loadertop_worker_up", **labels)
-    assert ups and all(s.value == 0.0 for s in ups)
+    assert len(ups) == (len(src.workers) if per_worker else 1)
+    assert all(s.value == 0.0 for s in ups)
     assert not samples(fam, "loadertop_worker_resident_memory_bytes", **labels)
 
 
@@ -167,12 +255,85 @@ def test_several_sources_and_ranks_are_told_apart():
     assert pids == {"1111", "2222"}
 
 
+# --------------------------------------------------------------------------- the fetches summed
+def _with_workers(doc: Document, fetches: dict[int, list[int]]) -> Document:
+    """`doc` whose one source has the workers of `fetches`: worker id -> its probe's counts."""
+    (src,) = doc.sources
+    template = src.workers[0]
+    le_ms = template.fetch_histogram.le_ms
+    workers = tuple(msgspec.structs.replace(
+        template, id=wid, fetch_histogram=HistogramFigures(
+            le_ms=le_ms, counts=tuple(counts), count=sum(counts), sum_ms=float(sum(counts))))
+        for wid, counts in fetches.items())
+    return msgspec.structs.replace(doc, sources=(msgspec.structs.replace(src, workers=workers),))
+
+
+def test_the_summed_fetches_never_go_down_when_workers_leave_or_start_over():
+    """Prometheus reads a decrease of a cumulative count as a restart: a worker that leaves the
+    report (num_workers lowered), comes back, or whose counts start over must not make the sum
+    fall."""
+    base = healthy_doc()
+    n = len(wire.HISTOGRAM_BOUNDS_NS) + 1
+
+    def counts(k: int) -> list[int]:
+        return [k] * n
+
+    steps = [
+        ({0: counts(10), 1: counts(10), 2: counts(10), 3: counts(10)}, 40),
+        ({0: counts(12), 1: counts(12)}, 12 + 12 + 10 + 10),  # workers 2 and 3 left
+        ({0: counts(13), 1: counts(13), 2: counts(11), 3: counts(10)}, 13 + 13 + 11 + 10),  # back
+        ({0: counts(1), 1: counts(14), 2: counts(11), 3: counts(10)}, 13 + 1 + 14 + 11 + 10),  # 0 anew
+        ({0: counts(2), 1: counts(14), 2: counts(11), 3: counts(10)}, 13 + 2 + 14 + 11 + 10),
+    ]
+    metrics = DocumentMetrics()
+    writer = SeriesWriter(metrics)
+    (src,) = base.sources
+    labels = source_labels(src)
+    for fetches, per_bucket in steps:
+        doc = _with_workers(base, fetches)
+        text = writer.write(doc)
+        assert text == reference(doc, metrics)
+        fam = {f.name: f for f in text_string_to_metric_families(text.decode())}
+        assert value(fam, "loadertop_worker_fetch_seconds_count", **labels) == per_bucket * n
+        assert value(fam, "loadertop_worker_fetch_seconds_sum", **labels) == per_bucket * n / 1e3
+    # a fresh exporter (a restart: Prometheus sees the drop as one) starts from what the workers
+    # report now
+    fam = {f.name: f for f in text_string_to_metric_families(reference(doc).decode())}
+    assert value(fam, "loadertop_worker_fetch_seconds_count", **labels) == (2 + 14 + 11 + 10) * n
+
+
+def test_an_older_document_written_late_does_not_count_the_workers_again():
+    """Two scrapers racing: the exposition reads the latest document under its lock, and the sums
+    over workers ignore a document older than the last one (its lower counts are not workers
+    starting over)."""
+    base = healthy_doc()
+    n = len(wire.HISTOGRAM_BOUNDS_NS) + 1
+    older = _with_workers(base, {0: [5] * n, 1: [5] * n})
+    newer = msgspec.structs.replace(_with_workers(base, {0: [9] * n, 1: [9] * n}),
+                                    taken_at=base.taken_at + 1)
+    later = msgspec.structs.replace(_with_workers(base, {0: [10] * n, 1: [10] * n}),
+                                    taken_at=base.taken_at + 2)
+    metrics = DocumentMetrics()
+    counts = [metrics.fetch_totals.of(doc)[doc.sources[0].id].count
+              for doc in (older, newer, older, later)]
+    assert counts == [10 * n, 18 * n, 18 * n, 20 * n]
+
+
 # --------------------------------------------------------------------------- findings
-def test_findings_per_source_and_worker():
+def test_findings_one_series_per_kind():
     doc = pitfalls_doc()
     (src,) = doc.sources
     assert src.findings
-    fam = parsed(doc)
+    got = {(s.labels["kind"], s.labels["severity"]): s.value
+           for s in samples(parsed(doc), "loadertop_finding", **source_labels(src))}
+    assert got == {(f.kind, f.severity): 1.0 for f in src.findings}
+    assert ("slow_worker", "warning") in got
+
+
+def test_findings_per_source_and_worker_with_per_worker():
+    doc = pitfalls_doc()
+    (src,) = doc.sources
+    fam = parsed(doc, per_worker=True)
     got = {(s.labels["kind"], s.labels["severity"], s.labels["worker"]): s.value
            for s in samples(fam, "loadertop_finding", **source_labels(src))}
     want = {(f.kind, f.severity, "" if f.worker is None else str(f.worker)): 1.0
@@ -191,13 +352,15 @@ def test_a_hung_worker_in_one_of_two_loaders():
     assert not samples(fam, "loadertop_finding", **source_labels(train))
 
 
-def test_a_machine_finding_has_the_host_and_no_loader():
+@pytest.mark.parametrize("per_worker", [False, True])
+def test_a_machine_finding_has_the_host_and_no_loader(per_worker):
     doc = shm_low_doc()
-    fam = parsed(doc)
+    fam = parsed(doc, per_worker)
     machine = [s for s in samples(fam, "loadertop_finding") if s.labels["kind"] == "shm_low"]
     assert len(machine) == 1
-    assert machine[0].labels == {"host": doc.system.host, "pid": "", "rank": "", "loader": "",
-                                 "worker": "", "kind": "shm_low", "severity": "warning"}
+    want = {"host": doc.system.host, "pid": "", "rank": "", "loader": "", "kind": "shm_low",
+            "severity": "warning"}
+    assert machine[0].labels == ({**want, "worker": ""} if per_worker else want)
 
 
 def test_refused_messages_are_counted():
@@ -255,23 +418,29 @@ def hostile_doc(name: str) -> Document:
     return model.advance(T0 + 0.5)
 
 
+@pytest.mark.parametrize("per_worker", [False, True])
 @pytest.mark.parametrize("make", DOCUMENTS)
-def test_the_kept_series_are_what_prometheus_client_writes(make):
+def test_the_kept_series_are_what_prometheus_client_writes(make, per_worker):
     """SeriesWriter's bytes equal `generate_latest`'s for the same document, the first time (every
     prefix asked of prometheus_client) and the second (every prefix kept)."""
     doc = getattr(fakes, make)()
-    writer = SeriesWriter()
-    assert writer.write(doc) == reference(doc)
-    assert writer.write(doc) == reference(doc)
+    metrics = DocumentMetrics(per_worker)
+    writer = SeriesWriter(metrics)
+    assert writer.write(doc) == reference(doc, metrics)
+    assert writer.write(doc) == reference(doc, metrics)
+    if not per_worker:  # one document: the sums over workers are a fresh exporter's
+        assert writer.write(doc) == reference(doc)
 
 
-def test_kept_series_follow_sources_that_come_and_go_and_hostile_names():
-    writer = SeriesWriter()
+@pytest.mark.parametrize("per_worker", [False, True])
+def test_kept_series_follow_sources_that_come_and_go_and_hostile_names(per_worker):
+    metrics = DocumentMetrics(per_worker)
+    writer = SeriesWriter(metrics)
     docs = [healthy_doc(), findings_multi_source_doc(), *(hostile_doc(n) for n in HOSTILE),
             killed_worker_doc(), fakes.empty_doc(), healthy_doc(), same_name_doc(),
             hostile_doc(HOSTILE[0])]
     for doc in docs:
-        assert writer.write(doc) == reference(doc)
+        assert writer.write(doc) == reference(doc, metrics)
     # only the last document's series are kept
     kept = set(writer._values) | {key[:2] for key in writer._histograms}
     assert all(labels[3] == HOSTILE[0] for _, labels in kept)
@@ -281,7 +450,7 @@ def test_a_prometheus_client_that_writes_otherwise_is_used_in_full(monkeypatch):
     """The first document with sources is written both ways; if they differ (another
     prometheus_client version), one line says so and every scrape is written in full."""
     doc = healthy_doc()
-    monkeypatch.setattr(exposition, "value_prefix", lambda family, labels: "wrong ")
+    monkeypatch.setattr(exposition, "value_prefix", lambda family, labels, per_worker: "wrong ")
     warnings: list[str] = []
     served = Exposition(CollectorRegistry(auto_describe=False), lambda: doc, warn=warnings.append)
     assert served.body(False) == reference(doc)
