@@ -1,7 +1,7 @@
 """`loadertop export --tensorboard` (docs/contract.md §11): the event-file format written by hand,
 checked against TensorBoard's own protobuf and CRC; the writer's runs read back by TensorBoard's
 own `EventAccumulator`; names from sockets made safe; a failing disk costs one line, never an
-exception. Two live jobs, SIGTERM and all: tests/functional/test_export_tensorboard.py."""
+exception. Two live jobs, SIGTERM and all: tests/functional/test_e2e_export_tensorboard.py."""
 
 from __future__ import annotations
 
