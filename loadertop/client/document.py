@@ -290,12 +290,17 @@ class StageFigures(_Figures, frozen=True, kw_only=True):
 
 
 class Verdict(_Figures, frozen=True, kw_only=True):
-    """One source's diagnosis (docs/contract.md §4): what limits it, the figures that decided, what to do."""
+    """One source's diagnosis (docs/contract.md §4): what limits it, the figures that decided, what to do.
+
+    `pending`: the category the latest figures point to while the verdict's hysteresis still
+    holds this one (`client.hysteresis`); the summary, evidence and advice are then this
+    category's words for those latest figures. None when nothing is pending."""
 
     category: Category
     summary: str
     evidence: tuple[str, ...]
     advice: tuple[str, ...]
+    pending: Category | None = None
 
 
 class OverallVerdict(_Figures, frozen=True, kw_only=True):
@@ -308,6 +313,7 @@ class OverallVerdict(_Figures, frozen=True, kw_only=True):
     summary: str
     evidence: tuple[str, ...]
     advice: tuple[str, ...]
+    pending: Category | None = None  # as `Verdict.pending`, of the verdict shown here
 
 
 class SourceFigures(_Figures, frozen=True, kw_only=True):

@@ -23,6 +23,7 @@ import math
 from collections import Counter, deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from functools import partial
 
 import msgspec
 
@@ -385,7 +386,8 @@ class Model:
             figures = self.source_figures(state, now)
             system = self.system_figures(figures.host, now)
             verdict = diagnosis.diagnose(figures, system, self.stabilizer.shown_category(state.source))
-            shown = self.stabilizer.update(state.source, verdict, now)
+            shown = self.stabilizer.update(  # a held verdict said with today's figures
+                state.source, verdict, now, partial(diagnosis.restate, source=figures, system=system))
             verdicts.append((state.source, shown))
             found = self.findings.update(state.source, findings.detect(figures, system), now)
             every_finding.extend(found)

@@ -5,7 +5,8 @@ document's types and the units' wording only), so the viewer, `snapshot --json` 
 judge alike.
 
     verdict = diagnose(source, system, previous=stabilizer.shown_category(source_id))
-    shown = stabilizer.update(source_id, verdict, now)       # client.hysteresis, between refreshes
+    shown = stabilizer.update(source_id, verdict, now,        # client.hysteresis, between refreshes
+                              partial(restate, source=source, system=system))  # held: today's words
     top = overall([(source_id, shown), ...], system, ranks)    # the most urgent, plus "source"
                                                                # (with ranks: the straggler's)
 
@@ -34,7 +35,8 @@ Two layers of hysteresis keep a steady workload from flickering between categori
 * **persistence** (`loadertop.client.hysteresis.VerdictStabilizer`, stateful, so not here): a new
   category replaces the shown one only after `STABLE_UPDATES` consecutive updates (or
   `STABLE_SECONDS` over at least two), except the urgent ones (`stalled`, `memory_pressure`),
-  which show at once.
+  which show at once. While it holds a category, the verdict shown is that category's words for
+  today's figures (`restate`), with the category waiting to replace it as `pending`.
 
 See docs/diagnosis.md for the rules and docs/thresholds.md for every threshold and its reason.
 """
@@ -68,6 +70,7 @@ from loadertop.diagnosis.registry import OVERALL_RANK as OVERALL_RANK
 from loadertop.diagnosis.registry import URGENT_CATEGORIES as URGENT_CATEGORIES
 from loadertop.diagnosis.registry import CategoryRule as CategoryRule
 from loadertop.diagnosis.registry import diagnose as diagnose
+from loadertop.diagnosis.registry import restate as restate
 from loadertop.diagnosis.slow_worker import SlowWorker as SlowWorker
 from loadertop.diagnosis.slow_worker import slow_ratio_text as slow_ratio_text
 from loadertop.diagnosis.slow_worker import slow_worker as slow_worker

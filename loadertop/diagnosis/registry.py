@@ -12,8 +12,9 @@ rule above it declined (input_bound_cpu, the last, always gives one):
 How to add a category:
 
 1. a new module under `categories/` with `CATEGORY`, `WORDS`, `COLOUR`, `LEVEL`, `RANK`, `URGENT`,
-   `LOOP_WAITS` and `judge(facts) -> Verdict | None` (the `CategoryRule` protocol below; its
-   thresholds go to `thresholds.py`, shared wording to `client/units.py`);
+   `LOOP_WAITS`, `judge(facts) -> Verdict | None` and `restate(facts) -> Verdict | None` (the
+   `CategoryRule` protocol below; its thresholds go to `thresholds.py`, shared wording to
+   `client/units.py`);
 2. its line in `LADDER`, where it belongs in the precedence (and its name in the import above);
 3. its name in `client/document.py`'s `Category`: the contract's schema (docs/contract.md §4),
    which a test checks against `CATEGORIES`.
@@ -57,6 +58,11 @@ class CategoryRule(Protocol):
     def LOOP_WAITS(self) -> bool: ...
 
     def judge(self, facts: Facts, /) -> Verdict | None: ...
+
+    # The category's verdict said with today's figures while the hysteresis holds it on screen
+    # though another rule fires now (`restate` below); None when nothing true can be said under
+    # it any more (its condition is over), so that the change shows at once.
+    def restate(self, facts: Facts, /) -> Verdict | None: ...
 
 
 #: The precedence ladder: one line per category, first match wins.
@@ -103,3 +109,16 @@ def diagnose(source: SourceFigures, system: SystemFigures | None,
         if verdict is not None:
             return verdict
     raise AssertionError("the ladder's last rule always gives a verdict")
+
+
+_BY_CATEGORY: dict[Category, CategoryRule] = {c.CATEGORY: c for c in LADDER}
+
+
+def restate(category: Category, source: SourceFigures, system: SystemFigures | None) -> Verdict | None:
+    """`category`'s verdict for today's figures: what the verdict's hysteresis shows while it
+    holds `category` though `diagnose` names another (docs/diagnosis.md, "Hysteresis"), judged
+    with `category` as the one shown (its margins apply). None when the category has nothing
+    true to say of these figures (a stall that ended, batches flowing again after idle, no batch
+    in the window to quote): the change then shows at once."""
+    facts = Facts.read(source, system, category, category in INPUT_BOUND_CATEGORIES)
+    return _BY_CATEGORY[category].restate(facts)

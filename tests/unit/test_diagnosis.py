@@ -201,7 +201,8 @@ def assert_readable(v: Verdict) -> None:
 def test_verdict_shape_and_category_names():
     v = diagnose(make_source(), make_system())
     assert isinstance(v, Verdict)
-    assert set(msgspec.to_builtins(v)) == {"category", "summary", "evidence", "advice"}
+    assert set(msgspec.to_builtins(v)) == {"category", "summary", "evidence", "advice", "pending"}
+    assert v.pending is None  # only the hysteresis holds a change back
     assert v.category in d.CATEGORIES
     assert isinstance(v.summary, str) and "\n" not in v.summary
     assert all(isinstance(x, str) for x in v.evidence + v.advice)
@@ -1497,7 +1498,8 @@ def test_overall_without_sources():
     top = overall([], make_system(**memory(0.01)))
     assert top.category == "memory_pressure" and top.source is None
     assert isinstance(top, OverallVerdict)
-    assert set(msgspec.to_builtins(top)) == {"category", "source", "summary", "evidence", "advice"}
+    assert set(msgspec.to_builtins(top)) == {"category", "source", "summary", "evidence", "advice",
+                                             "pending"}
 
 
 def test_overall_keeps_source_of_memory_pressure():
@@ -1559,9 +1561,68 @@ def test_stabilizer_refreshes_figures_while_category_holds():
     s = VerdictStabilizer()
     s.update("a", verdict("compute_bound", "wait fraction 3 %"), 0.0)
     shown = s.update("a", verdict("compute_bound", "wait fraction 4 %"), 0.5)
-    assert shown.evidence == ("wait fraction 4 %",)
-    # a pending change keeps the last verdict of the shown category
-    assert s.update("a", verdict("input_bound_io"), 1.0).evidence == ("wait fraction 4 %",)
+    assert shown.evidence == ("wait fraction 4 %",) and shown.pending is None
+    # without a restatement, a pending change keeps the last verdict of the shown category, and
+    # names the category that waits
+    held = s.update("a", verdict("input_bound_io"), 1.0)
+    assert held.evidence == ("wait fraction 4 %",) and held.pending == "input_bound_io"
+
+
+def test_stabilizer_holds_a_category_said_with_todays_figures():
+    """Issue 50: the held category's own words, fed the figures that named the new one."""
+    s = VerdictStabilizer()
+    healthy = make_source()
+    s.update("a", diagnose(healthy, make_system()), 0.0)
+    now = input_bound(wait_fraction=0.21)
+    new = diagnose(now, make_system(), s.shown_category("a"))
+    assert new.category == "input_bound_cpu"
+    asked = []
+
+    def restate(held: Category) -> Verdict | None:
+        asked.append(held)
+        return d.restate(held, now, make_system())
+
+    for i in range(1, d.STABLE_UPDATES):
+        held = s.update("a", new, 0.5 * i, restate)
+        assert held.category == "compute_bound" and held.pending == "input_bound_cpu"
+        assert held.evidence[0] == "wait fraction 21 % (threshold 10 %)"
+        assert "the loop waits 21 %" in held.summary
+        assert s.shown_category("a") == "compute_bound"
+    assert asked == ["compute_bound"] * (d.STABLE_UPDATES - 1)
+    shown = s.update("a", new, 0.5 * d.STABLE_UPDATES, restate)
+    assert shown == new and shown.pending is None
+
+
+@pytest.mark.parametrize("held, now", [
+    ("stalled", {}),  # the stall ended: batches flow again
+    ("idle", {}),  # batches again
+    ("insufficient_data", {}),  # enough batches now
+    ("compute_bound", {"batches": 0, "state": "idle"}),  # no batch to quote a wait fraction of
+])
+def test_stabilizer_gives_way_at_once_with_nothing_true_left_to_say(held, now):
+    s = VerdictStabilizer()
+    s.update("a", verdict(held), 0.0)
+    source = make_source(**now)
+    new = diagnose(source, make_system(), held)
+    assert new.category != held
+    assert d.restate(held, source, make_system()) is None
+    assert s.update("a", new, 0.5, lambda c: d.restate(c, source, make_system())) == new
+    assert s.shown_category("a") == new.category
+
+
+@pytest.mark.parametrize("held", sorted(set(d.CATEGORIES) - {"stalled", "idle", "insufficient_data",
+                                                              "memory_pressure"}))
+def test_every_loop_category_can_be_said_with_any_judged_window(held):
+    """A held loop category is restated in its own words, with today's wait fraction, whether
+    the figures are healthy or input-bound, on either side of each of its thresholds."""
+    for source in (make_source(), input_bound(wait_fraction=0.5),
+                   input_bound(wait_fraction=0.5, stages={"wait_split": {"producing": 0.2,
+                                                                         "handoff": 0.8}})):
+        v = d.restate(held, source, make_system())
+        assert v is not None and v.category == held and v.pending is None
+        wait = units.say_fraction(source.wait_fraction)
+        assert any(f"wait fraction {wait}" in e for e in v.evidence), (held, v.evidence)
+        assert v.advice
 
 
 def test_stabilizer_sources_are_independent_and_forgettable():
