@@ -36,6 +36,7 @@ from loadertop.client.document import (
     AutotuneTried,
     Document,
     EndFigures,
+    EpochFigures,
     Finding,
     HistogramFigures,
     LoaderConfig,
@@ -487,6 +488,9 @@ class Model:
             loop_stack=_stack(last.loop_stack) if live else None,
             end=self._end(state),
             epoch_starts_ms=tuple(round(v, 1) for v in last.epoch_starts_ms),
+            epochs=tuple(EpochFigures(epoch=e.epoch, start_ms=e.start_ms, first_wait_ms=e.first_wait_ms,
+                                      run_ms=e.run_ms, run_wait_ms=e.run_wait_ms)
+                         for e in last.epochs),
             rng=RngFigures(checked_workers=last.rng_checked, shared=tuple(
                 RngShareFigures(state=r.state, workers=tuple(r.workers)) for r in last.rng_shared)),
             earlier_settings=state.settings.earlier(),

@@ -49,6 +49,7 @@ from loadertop.diagnosis.advised import advised_num_workers as advised_num_worke
 from loadertop.diagnosis.categories import (
     compute_bound,
     cpu_saturated,
+    epoch_start_bound,
     idle,
     input_bound_cpu,
     input_bound_io,
@@ -90,6 +91,15 @@ from loadertop.diagnosis.thresholds import (
 )
 from loadertop.diagnosis.thresholds import (
     DISK_READ_NOTABLE_BYTES_PER_S as DISK_READ_NOTABLE_BYTES_PER_S,
+)
+from loadertop.diagnosis.thresholds import (
+    EPOCH_START_FETCHES as EPOCH_START_FETCHES,
+)
+from loadertop.diagnosis.thresholds import (
+    EPOCH_START_LEAVE as EPOCH_START_LEAVE,
+)
+from loadertop.diagnosis.thresholds import (
+    EPOCH_START_SHARE as EPOCH_START_SHARE,
 )
 from loadertop.diagnosis.thresholds import (
     FETCH_ROSE_FACTOR as FETCH_ROSE_FACTOR,
@@ -213,3 +223,4 @@ CPU_SATURATED: Final = cpu_saturated.CATEGORY
 MAIN_PROCESS_BOUND: Final = main_process_bound.CATEGORY
 MEMORY_PRESSURE: Final = memory_pressure.CATEGORY
 STALLED: Final = stalled.CATEGORY
+EPOCH_START_BOUND: Final = epoch_start_bound.CATEGORY

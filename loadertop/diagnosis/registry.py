@@ -4,8 +4,11 @@
 `diagnose` asks each rule in turn and the first verdict wins, so a rule may take it that every
 rule above it declined (input_bound_cpu, the last, always gives one):
 
-    stalled > memory_pressure > idle > insufficient_data > compute_bound >
+    stalled > memory_pressure > idle > epoch_start_bound > insufficient_data > compute_bound >
     (the loop waits:) main_process_bound > cpu_saturated > input_bound_io > input_bound_cpu
+
+(epoch_start_bound reads the latest ended epochs, not the window, so it comes before the rules
+that need a window's batches.)
 
 `overall` ranks the sources' verdicts by each category's `RANK` instead (most urgent first).
 
@@ -28,6 +31,7 @@ from loadertop.client.document import Category, SourceFigures, SystemFigures, Ve
 from loadertop.diagnosis.categories import (
     compute_bound,
     cpu_saturated,
+    epoch_start_bound,
     idle,
     input_bound_cpu,
     input_bound_io,
@@ -70,6 +74,7 @@ LADDER: tuple[CategoryRule, ...] = (
     stalled,
     memory_pressure,
     idle,
+    epoch_start_bound,
     insufficient_data,
     compute_bound,
     main_process_bound,
