@@ -167,6 +167,20 @@ class Histogram(msgspec.Struct, frozen=True, gc=False, array_like=True):
     sum_ns: Count = 0
 
 
+class EpochReport(msgspec.Struct, frozen=True, gc=False, array_like=True):
+    """One epoch of the loader that has ended (the next `iter()` began), in ms of the loop's
+    time (docs/contract.md §5): from its `iter()` to its first batch (`start_ms`: torch starts the
+    workers there, spawn pickles the dataset to each, and the first `next()` waits for them), of
+    that the first `next()` (`first_wait_ms`), from its first batch to its last (`run_ms`), and the
+    loop's wait in `next()` for the batches after the first (`run_wait_ms`)."""
+
+    epoch: Count
+    start_ms: Annotated[float, Meta(ge=0)]
+    first_wait_ms: Annotated[float, Meta(ge=0)]
+    run_ms: Annotated[float, Meta(ge=0)]
+    run_wait_ms: Annotated[float, Meta(ge=0)]
+
+
 class WorkerReport(msgspec.Struct, frozen=True, gc=False):
     id: Count
     pid: Pid | None
@@ -270,6 +284,9 @@ class LoaderReport(msgspec.Struct, frozen=True, gc=False, tag="loader"):
     # First-batch latency of the latest epochs (up to 8, oldest first; in every report): from
     # the loader's iter() (torch starts the workers there) to the loop having batch 0.
     epoch_starts_ms: Annotated[tuple[Annotated[float, Meta(ge=0)], ...], Meta(max_length=64)] = ()
+    # The latest epochs that ended (up to 4, oldest first; in every report; () from an older
+    # probe): where each epoch's time went, its start apart from the rest.
+    epochs: Annotated[tuple[EpochReport, ...], Meta(max_length=64)] = ()
     rng_checked: Count = 0  # workers of this epoch whose starting random state was read
     rng_shared: Annotated[tuple[RngShare, ...], Meta(max_length=64)] = ()
     # CPU time over this report's interval (None where it could not be read): the whole training

@@ -580,6 +580,26 @@ def margin_history() -> list[Document]:
     return docs + _documents(scenario, [T0 + 8 + i for i in range(6)], warmup_s=1.0)
 
 
+def held_verdict_history(refreshes: int = 1) -> list[Document]:
+    """`loadertop demo` switching from its healthy phase to its I/O-bound one (issue 50): a
+    compute-bound loop, then, from T0 - 4, workers waiting on storage and the loop waiting 21 % of
+    the time. One document a second from T0: the window holds only the new phase from the
+    first, and the hysteresis holds compute_bound for STABLE_UPDATES - 1 of them."""
+    loader = LoaderSim()
+    scenario = Scenario([loader], [MachineSim()])
+    _documents(scenario, [T0 - 4.0])
+    loader.wait_fraction, loader.wait_p50_ms, loader.wait_p95_ms = 0.21, 4.0, 9.0
+    for i, w in enumerate(loader.workers):
+        w.fetch_p50_ms, w.fetch_p95_ms, w.cpu_fraction, w.cpu_percent = 150.0 + i, 190.0, 0.08, 8.0
+    return _documents(scenario, [T0 + i for i in range(refreshes)])
+
+
+def held_verdict_doc() -> Document:
+    """The first refresh after the switch: compute_bound held, said with today's 21 %, and
+    input_bound_io pending."""
+    return held_verdict_history(1)[0]
+
+
 def multi_source_doc() -> Document:
     """A 2-rank DDP run on two machines, each rank with a train and a val loader: rank 1's
     workers cannot keep up (input-bound, CPU) and hold rank 0 back; the val loaders are idle."""

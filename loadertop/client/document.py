@@ -34,7 +34,7 @@ STATES: tuple[State, ...] = get_args(State)
 #: (a test checks the two sets are the same).
 Category = Literal["idle", "insufficient_data", "compute_bound", "input_bound_io",
                    "input_bound_cpu", "cpu_saturated", "main_process_bound", "memory_pressure",
-                   "stalled"]
+                   "stalled", "epoch_start_bound"]
 
 #: The findings of docs/contract.md §5 (their rules: `loadertop.findings`) and their severities.
 FindingKind = Literal["worker_hung", "loop_hung", "worker_died", "slow_worker", "copy_on_read",
@@ -289,13 +289,32 @@ class StageFigures(_Figures, frozen=True, kw_only=True):
     bytes_per_batch: Count | None
 
 
+class EpochFigures(_Figures, frozen=True, kw_only=True):
+    """One epoch of the loader that has ended (the next `iter()` began), in ms of the loop's
+    time: from its `iter()` to its first batch (`start_ms`: torch starts the workers there,
+    spawn pickles the dataset to each, the first `next()` waits for them), of that the first
+    `next()` (`first_wait_ms`, counted in the wait too), from its first batch to its last
+    (`run_ms`), and the loop's wait in `next()` for the batches after the first (`run_wait_ms`)."""
+
+    epoch: Count  # the loader's count of its epochs (its first iter() is 1)
+    start_ms: Milliseconds
+    first_wait_ms: Milliseconds
+    run_ms: Milliseconds
+    run_wait_ms: Milliseconds
+
+
 class Verdict(_Figures, frozen=True, kw_only=True):
-    """One source's diagnosis (docs/contract.md §4): what limits it, the figures that decided, what to do."""
+    """One source's diagnosis (docs/contract.md §4): what limits it, the figures that decided, what to do.
+
+    `pending`: the category the latest figures point to while the verdict's hysteresis still
+    holds this one (`client.hysteresis`); the summary, evidence and advice are then this
+    category's words for those latest figures. None when nothing is pending."""
 
     category: Category
     summary: str
     evidence: tuple[str, ...]
     advice: tuple[str, ...]
+    pending: Category | None = None
 
 
 class OverallVerdict(_Figures, frozen=True, kw_only=True):
@@ -308,6 +327,7 @@ class OverallVerdict(_Figures, frozen=True, kw_only=True):
     summary: str
     evidence: tuple[str, ...]
     advice: tuple[str, ...]
+    pending: Category | None = None  # as `Verdict.pending`, of the verdict shown here
 
 
 class SourceFigures(_Figures, frozen=True, kw_only=True):
@@ -346,6 +366,7 @@ class SourceFigures(_Figures, frozen=True, kw_only=True):
     loop_stack: StackFigures | None = None  # while the loop is blocked in next() for a while
     end: EndFigures | None = None  # None while the loop runs without error
     epoch_starts_ms: tuple[Milliseconds, ...] = ()  # recent epochs' first-batch latency
+    epochs: tuple[EpochFigures, ...] = ()  # the latest epochs that ended, oldest first
     rng: RngFigures = msgspec.field(default_factory=RngFigures)
     earlier_settings: tuple[SettingFigures, ...] = ()  # oldest first; the current one is not listed
     # Every wait and step since the loader began (docs/contract.md §8), None from a probe that does not

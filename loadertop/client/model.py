@@ -23,6 +23,7 @@ import math
 from collections import Counter, deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from functools import partial
 
 import msgspec
 
@@ -35,6 +36,7 @@ from loadertop.client.document import (
     AutotuneTried,
     Document,
     EndFigures,
+    EpochFigures,
     Finding,
     HistogramFigures,
     LoaderConfig,
@@ -385,7 +387,8 @@ class Model:
             figures = self.source_figures(state, now)
             system = self.system_figures(figures.host, now)
             verdict = diagnosis.diagnose(figures, system, self.stabilizer.shown_category(state.source))
-            shown = self.stabilizer.update(state.source, verdict, now)
+            shown = self.stabilizer.update(  # a held verdict said with today's figures
+                state.source, verdict, now, partial(diagnosis.restate, source=figures, system=system))
             verdicts.append((state.source, shown))
             found = self.findings.update(state.source, findings.detect(figures, system), now)
             every_finding.extend(found)
@@ -485,6 +488,9 @@ class Model:
             loop_stack=_stack(last.loop_stack) if live else None,
             end=self._end(state),
             epoch_starts_ms=tuple(round(v, 1) for v in last.epoch_starts_ms),
+            epochs=tuple(EpochFigures(epoch=e.epoch, start_ms=e.start_ms, first_wait_ms=e.first_wait_ms,
+                                      run_ms=e.run_ms, run_wait_ms=e.run_wait_ms)
+                         for e in last.epochs),
             rng=RngFigures(checked_workers=last.rng_checked, shared=tuple(
                 RngShareFigures(state=r.state, workers=tuple(r.workers)) for r in last.rng_shared)),
             earlier_settings=state.settings.earlier(),

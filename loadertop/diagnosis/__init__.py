@@ -5,7 +5,8 @@ document's types and the units' wording only), so the viewer, `snapshot --json` 
 judge alike.
 
     verdict = diagnose(source, system, previous=stabilizer.shown_category(source_id))
-    shown = stabilizer.update(source_id, verdict, now)       # client.hysteresis, between refreshes
+    shown = stabilizer.update(source_id, verdict, now,        # client.hysteresis, between refreshes
+                              partial(restate, source=source, system=system))  # held: today's words
     top = overall([(source_id, shown), ...], system, ranks)    # the most urgent, plus "source"
                                                                # (with ranks: the straggler's)
 
@@ -34,7 +35,8 @@ Two layers of hysteresis keep a steady workload from flickering between categori
 * **persistence** (`loadertop.client.hysteresis.VerdictStabilizer`, stateful, so not here): a new
   category replaces the shown one only after `STABLE_UPDATES` consecutive updates (or
   `STABLE_SECONDS` over at least two), except the urgent ones (`stalled`, `memory_pressure`),
-  which show at once.
+  which show at once. While it holds a category, the verdict shown is that category's words for
+  today's figures (`restate`), with the category waiting to replace it as `pending`.
 
 See docs/diagnosis.md for the rules and docs/thresholds.md for every threshold and its reason.
 """
@@ -47,6 +49,7 @@ from loadertop.diagnosis.advised import advised_num_workers as advised_num_worke
 from loadertop.diagnosis.categories import (
     compute_bound,
     cpu_saturated,
+    epoch_start_bound,
     idle,
     input_bound_cpu,
     input_bound_io,
@@ -68,6 +71,7 @@ from loadertop.diagnosis.registry import OVERALL_RANK as OVERALL_RANK
 from loadertop.diagnosis.registry import URGENT_CATEGORIES as URGENT_CATEGORIES
 from loadertop.diagnosis.registry import CategoryRule as CategoryRule
 from loadertop.diagnosis.registry import diagnose as diagnose
+from loadertop.diagnosis.registry import restate as restate
 from loadertop.diagnosis.slow_worker import SlowWorker as SlowWorker
 from loadertop.diagnosis.slow_worker import slow_ratio_text as slow_ratio_text
 from loadertop.diagnosis.slow_worker import slow_worker as slow_worker
@@ -87,6 +91,15 @@ from loadertop.diagnosis.thresholds import (
 )
 from loadertop.diagnosis.thresholds import (
     DISK_READ_NOTABLE_BYTES_PER_S as DISK_READ_NOTABLE_BYTES_PER_S,
+)
+from loadertop.diagnosis.thresholds import (
+    EPOCH_START_FETCHES as EPOCH_START_FETCHES,
+)
+from loadertop.diagnosis.thresholds import (
+    EPOCH_START_LEAVE as EPOCH_START_LEAVE,
+)
+from loadertop.diagnosis.thresholds import (
+    EPOCH_START_SHARE as EPOCH_START_SHARE,
 )
 from loadertop.diagnosis.thresholds import (
     FETCH_ROSE_FACTOR as FETCH_ROSE_FACTOR,
@@ -210,3 +223,4 @@ CPU_SATURATED: Final = cpu_saturated.CATEGORY
 MAIN_PROCESS_BOUND: Final = main_process_bound.CATEGORY
 MEMORY_PRESSURE: Final = memory_pressure.CATEGORY
 STALLED: Final = stalled.CATEGORY
+EPOCH_START_BOUND: Final = epoch_start_bound.CATEGORY

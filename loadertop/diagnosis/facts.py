@@ -80,6 +80,12 @@ class Facts:
         return self.source.config.num_workers
 
     @property
+    def window_judged(self) -> bool:
+        """The window has batches and a known wait fraction: the figures a loop's verdict is
+        said with (a verdict held by the hysteresis is restated only with them)."""
+        return self.source.batches > 0 and not math.isnan(self.wait_fraction)
+
+    @property
     def active(self) -> bool:
         """The loop is still iterating (so a worker exiting is not a normal shutdown)."""
         return self.source.state not in ("idle", "finished", "gone")

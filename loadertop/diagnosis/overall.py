@@ -35,7 +35,7 @@ def overall(verdicts: Sequence[tuple[str, Verdict]], system: SystemFigures | Non
         if straggling is not None and shown.category not in URGENT_CATEGORIES:
             return straggling
         return OverallVerdict(category=shown.category, source=best[2], summary=shown.summary,
-                              evidence=shown.evidence, advice=shown.advice)
+                              evidence=shown.evidence, advice=shown.advice, pending=shown.pending)
     memory = memory_pressure.memory_findings(system or NO_SYSTEM, None)
     if memory is not None:
         return OverallVerdict(category=memory_pressure.CATEGORY, source=None, summary=memory.summary,
@@ -69,7 +69,7 @@ def _straggler_verdict(verdicts: Sequence[tuple[str, Verdict]],
     return OverallVerdict(category=verdict.category, source=ranks.straggler,
                           summary=_straggler_summary(me.rank, verdict.summary,
                                                     [(r.rank, r.wait_fraction) for r in others]),
-                          evidence=evidence, advice=verdict.advice)
+                          evidence=evidence, advice=verdict.advice, pending=verdict.pending)
 
 
 def _straggler_summary(rank: int, summary: str, others: Sequence[tuple[int, float]]) -> str:

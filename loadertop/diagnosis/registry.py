@@ -4,16 +4,20 @@
 `diagnose` asks each rule in turn and the first verdict wins, so a rule may take it that every
 rule above it declined (input_bound_cpu, the last, always gives one):
 
-    stalled > memory_pressure > idle > insufficient_data > compute_bound >
+    stalled > memory_pressure > idle > epoch_start_bound > insufficient_data > compute_bound >
     (the loop waits:) main_process_bound > cpu_saturated > input_bound_io > input_bound_cpu
+
+(epoch_start_bound reads the latest ended epochs, not the window, so it comes before the rules
+that need a window's batches.)
 
 `overall` ranks the sources' verdicts by each category's `RANK` instead (most urgent first).
 
 How to add a category:
 
 1. a new module under `categories/` with `CATEGORY`, `WORDS`, `COLOUR`, `LEVEL`, `RANK`, `URGENT`,
-   `LOOP_WAITS` and `judge(facts) -> Verdict | None` (the `CategoryRule` protocol below; its
-   thresholds go to `thresholds.py`, shared wording to `client/units.py`);
+   `LOOP_WAITS`, `judge(facts) -> Verdict | None` and `restate(facts) -> Verdict | None` (the
+   `CategoryRule` protocol below; its thresholds go to `thresholds.py`, shared wording to
+   `client/units.py`);
 2. its line in `LADDER`, where it belongs in the precedence (and its name in the import above);
 3. its name in `client/document.py`'s `Category`: the contract's schema (docs/contract.md §4),
    which a test checks against `CATEGORIES`.
@@ -27,6 +31,7 @@ from loadertop.client.document import Category, SourceFigures, SystemFigures, Ve
 from loadertop.diagnosis.categories import (
     compute_bound,
     cpu_saturated,
+    epoch_start_bound,
     idle,
     input_bound_cpu,
     input_bound_io,
@@ -58,12 +63,18 @@ class CategoryRule(Protocol):
 
     def judge(self, facts: Facts, /) -> Verdict | None: ...
 
+    # The category's verdict said with today's figures while the hysteresis holds it on screen
+    # though another rule fires now (`restate` below); None when nothing true can be said under
+    # it any more (its condition is over), so that the change shows at once.
+    def restate(self, facts: Facts, /) -> Verdict | None: ...
+
 
 #: The precedence ladder: one line per category, first match wins.
 LADDER: tuple[CategoryRule, ...] = (
     stalled,
     memory_pressure,
     idle,
+    epoch_start_bound,
     insufficient_data,
     compute_bound,
     main_process_bound,
@@ -103,3 +114,16 @@ def diagnose(source: SourceFigures, system: SystemFigures | None,
         if verdict is not None:
             return verdict
     raise AssertionError("the ladder's last rule always gives a verdict")
+
+
+_BY_CATEGORY: dict[Category, CategoryRule] = {c.CATEGORY: c for c in LADDER}
+
+
+def restate(category: Category, source: SourceFigures, system: SystemFigures | None) -> Verdict | None:
+    """`category`'s verdict for today's figures: what the verdict's hysteresis shows while it
+    holds `category` though `diagnose` names another (docs/diagnosis.md, "Hysteresis"), judged
+    with `category` as the one shown (its margins apply). None when the category has nothing
+    true to say of these figures (a stall that ended, batches flowing again after idle, no batch
+    in the window to quote): the change then shows at once."""
+    facts = Facts.read(source, system, category, category in INPUT_BOUND_CATEGORIES)
+    return _BY_CATEGORY[category].restate(facts)

@@ -117,6 +117,15 @@ SLOW_WORKER_FACTOR = 3.0
 SLOW_WORKER_MIN_MS = 2.0
 SLOW_WORKER_MIN_BATCHES = 3
 
+# epoch_start_bound: of the loop's wait over the latest ended epochs, at least this share was at
+# their starts (from iter() to the first batch): most of it ...
+EPOCH_START_SHARE = 0.5
+EPOCH_START_LEAVE = 0.4  # margin: leave epoch_start_bound only below this
+# ... each start taking at least this many times a batch's fetch: more than the first batch's own
+# fetch, which every epoch waits for (prefetching does not cross epochs), so short epochs of a
+# slow loader are not taken for slow starts.
+EPOCH_START_FETCHES = 3.0
+
 # VerdictStabilizer: a new (non-urgent) category must be seen in this many consecutive updates ...
 STABLE_UPDATES = 3
 # ... or over this many seconds (at least two consecutive updates) before it is shown.

@@ -69,6 +69,7 @@ class RecordState:
     _step_buckets: BucketCounts
     _epoch_started: int | None
     _epoch_starts_ms: deque[float]
+    _epochs: deque[wire.EpochReport]
 
     def drain(self) -> None: ...
 

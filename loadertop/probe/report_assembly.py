@@ -110,6 +110,7 @@ class ReportAssembly(RecordState):
             probe_cpu_fraction=probe_cpu_fraction, stages=self.stage_report(),
             resources=self.pending_resources, loop_stack=self._loop_stack_now(now_ns),
             error=self.error, epoch_starts_ms=list(self._epoch_starts_ms),  # type: ignore[arg-type]
+            epochs=tuple(self._epochs),
             rng_checked=rng_checked, rng_shared=rng_shared, **self._cpu_used(),  # type: ignore[arg-type]
             wait_histogram=self._wait_buckets.histogram(),
             step_histogram=self._step_buckets.histogram(),

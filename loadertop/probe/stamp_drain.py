@@ -14,6 +14,7 @@ from collections import deque
 from itertools import repeat, starmap
 from typing import TYPE_CHECKING, Any
 
+from loadertop import wire
 from loadertop.probe.histograms import BucketCounts
 
 if TYPE_CHECKING:  # the state of every seam (record_state.py); object at run time
@@ -39,6 +40,7 @@ except ImportError:  # pragma: no cover - CI fails where it is missing (test_hot
 
 EVENTS_MAXLEN = 1 << 16  # stamps held between drains (>= 4 Hz) before the oldest are lost
 EPOCH_MARK = None
+EPOCHS_KEPT = 4  # ended epochs each report repeats (wire.EpochReport)
 
 
 class StampDrain(RecordState):
@@ -58,6 +60,14 @@ class StampDrain(RecordState):
         self._step_buckets = BucketCounts()
         self._epoch_started: int | None = None  # this epoch's iter() start, until its 1st batch
         self._epoch_starts_ms: deque[float] = deque(maxlen=8)  # the latest epochs' (every report)
+        # This epoch, for its EpochReport once the next iter() ends it: its iter() start, its
+        # first batch's (t0, t1), every wait of it (the first included), and whether stamps were
+        # lost in it (its figures would be short: none is reported).
+        self._epoch_iter_ns: int | None = None
+        self._epoch_first: tuple[int, int] | None = None
+        self._epoch_wait_ns = 0
+        self._epoch_lost = False
+        self._epochs: deque[wire.EpochReport] = deque(maxlen=EPOCHS_KEPT)
 
     def drain(self) -> None:
         """Turn the training thread's stamps into waits and steps.
@@ -83,6 +93,7 @@ class StampDrain(RecordState):
     def _drain_taken(self, chunk: list[int | None], lost: int) -> None:
         if lost:
             self.dropped += 1  # stamps were lost: their waits and steps are not counted
+            self._epoch_lost = True
             self._break_pairing("overflow")  # the batch count of this epoch is lost
             # the entry still pending, and the last exit, may be the lost stamps' neighbours
             self.in_next_since = self._prev_t1 = None
@@ -116,7 +127,7 @@ class StampDrain(RecordState):
         if first_t0 is None:
             return True
         if self._epoch_started is not None and first_t1 is not None:  # set with first_t0
-            self._note_epoch_start(first_t1)
+            self._note_epoch_start(first_t0, first_t1)
         self._prev_t1 = last_t1
         self._record(waits, steps, first_t0)
         if pairing is not None:
@@ -149,11 +160,13 @@ class StampDrain(RecordState):
         first_t0: int | None = None
         for stamp in chunk:
             if stamp is EPOCH_MARK:
+                self._end_epoch()
                 self._prev_t1 = None  # the gap between epochs is not a training step
                 self.in_next_since = None
                 self.epoch += 1
                 self._next_pairing()
                 self._epoch_started = self._iter_starts.popleft() if self._iter_starts else None
+                self._epoch_iter_ns = self._epoch_started
                 self._epoch_floor_ns = self._epoch_started or 0
                 self._busy_since = {}
                 self._idle_seen = {}
@@ -169,7 +182,7 @@ class StampDrain(RecordState):
                     steps.append(t0 - self._prev_t1)
                 self._prev_t1 = t1
                 if self._epoch_started is not None:
-                    self._note_epoch_start(t1)
+                    self._note_epoch_start(t0, t1)
                 self._receive([t0], [t1], 1)
             else:  # left next() by an exception (or an exit whose entry was lost)
                 # Not counted as a received batch: StopIteration is not one, and where torch did
@@ -179,15 +192,33 @@ class StampDrain(RecordState):
         if waits and first_t0 is not None:  # the first wait set first_t0
             self._record(waits, steps, first_t0)
 
-    def _note_epoch_start(self, first_t1: int) -> None:
+    def _note_epoch_start(self, first_t0: int, first_t1: int) -> None:
         started, self._epoch_started = self._epoch_started, None
         if started is not None and first_t1 >= started:
             self._epoch_starts_ms.append(round((first_t1 - started) / 1e6, 3))
+            self._epoch_first = (first_t0, first_t1)
+
+    def _end_epoch(self) -> None:
+        """At the next iter()'s mark: the epoch that ends, as an EpochReport, where its start and
+        its last batch are known and no stamp of it was lost (a partial epoch would misstate
+        where its time went). Once per epoch, on the publisher thread."""
+        first, started, last_t1 = self._epoch_first, self._epoch_iter_ns, self._prev_t1
+        if first is not None and started is not None and last_t1 is not None \
+                and not self._epoch_lost and started <= first[0] <= first[1] <= last_t1:
+            t0, t1 = first
+            self._epochs.append(wire.EpochReport(
+                epoch=self.epoch, start_ms=round((t1 - started) / 1e6, 3),
+                first_wait_ms=round((t1 - t0) / 1e6, 3), run_ms=round((last_t1 - t1) / 1e6, 3),
+                run_wait_ms=round(max(0, self._epoch_wait_ns - (t1 - t0)) / 1e6, 3)))
+        self._epoch_iter_ns = self._epoch_first = None
+        self._epoch_wait_ns = 0
+        self._epoch_lost = False
 
     def _record(self, waits_ns: list[int], steps_ns: list[int], first_t0: int) -> None:
         self._batches += len(waits_ns)
         self.batches_total += len(waits_ns)
         wait_ns = self._wait_buckets.add(waits_ns)  # counted in the histogram; their sum
+        self._epoch_wait_ns += wait_ns  # a chunk's waits are of one epoch (marks split chunks)
         # Wall-clock attribution: of a wait that began before this interval only the part inside
         # it counts (the earlier part was reported as "blocked now" by the previous report).
         early = self._interval_start_ns - first_t0

@@ -138,7 +138,9 @@ class WorkerResources(RecordState):
                         ps.cpu_percent(None)  # primes the delta; the first figure is unknown
                     else:
                         cpu = ps.cpu_percent(None)
-                    rss = ps.memory_info().rss
+                    # 0 while the worker exits (its memory already unmapped, not yet reaped):
+                    # not a figure (docs/contract.md §3: unknown is null, never a made-up 0)
+                    rss = ps.memory_info().rss or None
                 except psutil.Error:
                     pass
             status[wid] = (pid, alive, exitcode, cpu, rss)

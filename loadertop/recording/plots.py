@@ -38,6 +38,7 @@ PAPER_COLOURS = {"green": "#2e9d4a", "yellow": "#e3b505", "red": "#d43b35", "cya
 #: A hatch for each category that shares its TUI colour with another (a purely visual choice).
 CATEGORY_HATCHES = {
     diagnosis.INPUT_BOUND_IO: "////",
+    diagnosis.EPOCH_START_BOUND: "\\\\\\\\",
     diagnosis.MEMORY_PRESSURE: "xxxx",
     diagnosis.STALLED: "....",
     diagnosis.INSUFFICIENT_DATA: "////",

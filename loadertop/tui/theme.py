@@ -40,6 +40,7 @@ from loadertop.views.palette import WARN as WARN
 from loadertop.views.palette import CategoryStyle as CategoryStyle
 from loadertop.views.palette import SeverityStyle as SeverityStyle
 from loadertop.views.palette import category_style as category_style
+from loadertop.views.palette import pending_words as pending_words
 from loadertop.views.palette import severity_style as severity_style
 
 # --------------------------------------------------------------------------- colours

@@ -43,6 +43,21 @@ def category_style(category: str | None) -> CategoryStyle:
     return found or CategoryStyle(category.replace("_", " "), DIM, "none")
 
 
+def pending_words(pending: str, shown: str | None) -> str:
+    """"changing to input-bound?": a change the verdict's hysteresis holds back
+    (`Verdict.pending`), in the pending category's words — their part before the colon where
+    that tells it from the category shown (`Input-bound: waiting on I/O` after `Healthy: …`),
+    else whole (after `Input-bound: workers CPU-limited`) — first letter lowered unless the word
+    is an acronym ("CPU saturated")."""
+    words = category_style(pending).words
+    head = words.split(":", 1)[0]
+    if head != category_style(shown).words.split(":", 1)[0]:
+        words = head
+    if words[1:2].islower():
+        words = words[0].lower() + words[1:]
+    return f"changing to {words}?"
+
+
 # --------------------------------------------------------------------------- findings
 
 

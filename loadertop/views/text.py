@@ -277,7 +277,9 @@ def render_text(doc: Document) -> str:
 
 def _verdict_line(verdict: Verdict | OverallVerdict, source: str | None = None) -> str:
     where = f" [{source}]" if source else ""
-    out = f"DIAGNOSIS{where}: {verdict.category} — {verdict.summary}"
+    # A change the hysteresis holds back, by its category's name as the line names the shown one.
+    pending = f" · changing to {verdict.pending}?" if verdict.pending is not None else ""
+    out = f"DIAGNOSIS{where}: {verdict.category}{pending} — {verdict.summary}"
     for ev in verdict.evidence[:3]:
         out += f"\n  evidence: {ev}"
     for adv in verdict.advice[:2]:

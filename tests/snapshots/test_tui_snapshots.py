@@ -58,6 +58,13 @@ def test_healthy(snap_compare, size):
 
 
 @pytest.mark.parametrize("size", SIZES)
+def test_held_verdict(snap_compare, size):
+    """A verdict the hysteresis holds, said with today's figures, and the change it holds back."""
+    assert snap_compare(make_app(fakes.held_verdict_doc()), terminal_size=SIZES[size],
+                        run_before=ticks(0))
+
+
+@pytest.mark.parametrize("size", SIZES)
 def test_io_bound_with_history(snap_compare, size):
     app = make_app(fakes.io_bound_history(48))
     assert snap_compare(app, terminal_size=SIZES[size], run_before=ticks(47))

@@ -186,6 +186,18 @@ def test_report_names_the_straggler_rank_in_its_diagnosis():
         "  DIAGNOSIS: compute_bound — the loader keeps up (the loop waits 3 %)")
 
 
+def test_report_says_a_held_verdict_with_todays_figures_and_the_change_it_holds_back():
+    """Issue 50: `loadertop snapshot` a few seconds after the demo turned I/O-bound: the held
+    category's words with the wait fraction of the source's own line, and the change pending."""
+    lines = _report_lines(fakes.held_verdict_doc())
+    top = _after(lines, "DIAGNOSIS")
+    assert top[0] == ("DIAGNOSIS [gpu-node-1:41234:train]: compute_bound · changing to "
+                      "input_bound_io? — the loader keeps up (the loop waits 21 %): the training "
+                      "step is the limit")
+    assert top[1] == "  evidence: wait fraction 21 % (threshold 10 %)"
+    assert any(line.endswith("waiting 21 % of the time") for line in _after(lines, "train ·"))
+
+
 def test_report_time_without_workers_and_when_idle():
     where = _after(_report_lines(fakes.main_process_doc()), "where the time goes")[:2]
     assert where[0] == "  where the time goes: step 45 % · fetching in the loop 55 % · handoff 0.4 %"

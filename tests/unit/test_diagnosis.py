@@ -201,7 +201,8 @@ def assert_readable(v: Verdict) -> None:
 def test_verdict_shape_and_category_names():
     v = diagnose(make_source(), make_system())
     assert isinstance(v, Verdict)
-    assert set(msgspec.to_builtins(v)) == {"category", "summary", "evidence", "advice"}
+    assert set(msgspec.to_builtins(v)) == {"category", "summary", "evidence", "advice", "pending"}
+    assert v.pending is None  # only the hysteresis holds a change back
     assert v.category in d.CATEGORIES
     assert isinstance(v.summary, str) and "\n" not in v.summary
     assert all(isinstance(x, str) for x in v.evidence + v.advice)
@@ -1456,13 +1457,184 @@ def test_random_figures_in_the_worker_count_advice_never_crash(fetch, step, cpu_
 
 
 # ---------------------------------------------------------------------------------------------
+# epoch_start_bound
+# ---------------------------------------------------------------------------------------------
+
+def epoch(n: int, start_ms: float, run_ms: float, run_wait_ms: float = 0.0,
+          first_wait_ms: float | None = None) -> dict[str, Any]:
+    """One `epochs[]` entry: its start (from iter() to the first batch; all of it in the first
+    next() unless said) and its run (the first batch to the last) with the wait in it."""
+    return {"epoch": n, "start_ms": start_ms,
+            "first_wait_ms": start_ms if first_wait_ms is None else first_wait_ms,
+            "run_ms": run_ms, "run_wait_ms": run_wait_ms}
+
+
+def slow_starts(num_workers: int = 2, persistent: bool = False, context: str = "fork",
+                epochs: list[dict[str, Any]] | None = None, **overrides: Any) -> SourceFigures:
+    """Issue 46 §6's loader: workers that take ~2 s to start (a costly worker_init_fn), not
+    persistent, short epochs — each 2.1 s to its first batch, then 60 ms of 16 cheap batches;
+    the window's loop waits 97 % of the time on workers that compute (what read as
+    input_bound_cpu)."""
+    if epochs is None:
+        epochs = [epoch(i, 2100.0, 60.0, 5.0) for i in range(2, 6)]
+    base: dict[str, Any] = dict(
+        wait_fraction=0.97, wait_ms=stats(0.3, mean=140.0, p95=2000.0, p99=2090.0, max_=2100.0),
+        step_ms=stats(3.0), batches=15, batches_per_s=5.0,
+        config={"num_workers": num_workers, "persistent_workers": persistent,
+                "worker_context": context if num_workers else None,
+                "prefetch_factor": 2 if num_workers else None},
+        workers=[worker(i, fetch_ms=stats(3.0), batches=8) for i in range(num_workers)],
+        queue={"ready_when_waiting": 0.05, "ready": 0}, epochs=epochs)
+    base.update(overrides)
+    return make_source(**base)
+
+
+def test_a_loop_that_waits_for_its_workers_to_start_says_so():
+    """Issue 46 §6: the verdict and its first advice name the epoch's start, with the split of
+    the wait (at the starts, between them) as evidence — not "the workers compute"."""
+    old = diagnose(slow_starts(epochs=[]), make_system())  # a probe that sends no epochs
+    assert old.category == "input_bound_cpu"
+    v = diagnose(slow_starts(), make_system())
+    assert v.category == "epoch_start_bound"
+    assert v.summary == ("the loop waits 97 % of the time over the last 4 epochs, 100 % of it for "
+                         "each epoch's first batch (2.1 s): its 2 workers start anew every epoch")
+    assert v.evidence[0] == ("the last 4 epochs' wait: 8.4 s at their starts (from iter() to the "
+                             "first batch), 20 ms between them: 100 % at the starts (threshold 50 %)")
+    assert v.evidence[1] == ("the starts take 97 % of the loop's time (threshold 10 %); between "
+                             "them the loop waits 8.3 %")
+    assert v.evidence[2] == ("each start: 2.1 s on average, 0.00 ms in iter() (where torch starts the "
+                             "workers) and 2.1 s in the first next(); a batch takes 3.0 ms to make")
+    assert "persistent_workers=False: 2 workers (fork) start anew each epoch" in v.evidence
+    assert v.advice[0].startswith("persistent_workers=True: the workers, and what they set up when "
+                                  "they start, last from one epoch to the next")
+    assert v.advice[1].startswith("move the costly set-up out of the workers' start: "
+                                  "worker_init_fn runs in every worker")
+    assert not any("transforms" in a or "collate_fn" in a for a in v.advice)
+    assert_readable(v)
+    # the loader's first epoch counts too: its workers start as every later epoch's do
+    first = diagnose(slow_starts(epochs=[epoch(1, 2300.0, 60.0, 5.0)]), make_system())
+    assert first.category == "epoch_start_bound" and "the last epoch," in first.summary
+
+
+def test_persistent_workers_are_never_advised_where_the_workers_persist():
+    # the first epoch started the workers once; the later ones' own start is slow (an
+    # IterableDataset's __iter__, a sampler)
+    epochs = [epoch(1, 2500.0, 60.0), *[epoch(i, 1500.0, 60.0, 5.0) for i in range(2, 5)]]
+    v = diagnose(slow_starts(persistent=True, epochs=epochs), make_system())
+    assert v.category == "epoch_start_bound"
+    assert "(1.5 s): each epoch's start is slow though the workers persist" in v.summary
+    assert "over the last 3 epochs" in v.summary  # the first, the workers' own start, left out
+    assert v.advice[0].startswith("the workers persist, so the wait is each epoch's own start: an "
+                                  "IterableDataset's __iter__")
+    assert not any("persistent_workers=True" in a for a in v.advice)
+    assert not any("persistent_workers=False" in e for e in v.evidence)
+    # ... and where only the first epoch started slowly, nothing is said of it
+    only_first = slow_starts(persistent=True, epochs=[epoch(1, 2500.0, 60.0), epoch(2, 5.0, 60.0)])
+    assert diagnose(only_first, make_system()).category != "epoch_start_bound"
+
+
+@pytest.mark.parametrize("context", ["spawn", "forkserver"])
+def test_spawn_names_where_its_start_goes(context):
+    # a dataset slow to unpickle: the start is in the first next(), the workers' own time
+    in_next = diagnose(slow_starts(context=context), make_system())
+    assert in_next.category == "epoch_start_bound"
+    assert in_next.advice[0].startswith("persistent_workers=True")
+    assert in_next.advice[1].startswith(f"each {context} worker imports torch and the training "
+                                        "script's modules again, and unpickles the dataset")
+    assert not any("inside iter()" in a for a in in_next.advice)
+    # a large dataset: iter() itself waits while each worker imports and reads it
+    epochs = [epoch(i, 4200.0, 60.0, 5.0, first_wait_ms=30.0) for i in range(2, 6)]
+    in_iter = diagnose(slow_starts(context=context, epochs=epochs, wait_fraction=0.05),
+                       make_system())
+    assert in_iter.category == "epoch_start_bound"  # though the window's next() hardly waits
+    assert in_iter.advice[1].startswith(f"{context} pickles the dataset to every worker inside "
+                                        "iter(), one worker after the other")
+    assert "4.2 s on average, 4.2 s in iter() (where torch starts the workers) and 30 ms in the " \
+        "first next()" in in_iter.evidence[2]
+
+
+def test_the_main_process_starting_each_epoch_slowly():
+    epochs = [epoch(1, 3000.0, 50.0), *[epoch(i, 2000.0, 50.0, 10.0) for i in range(2, 5)]]
+    v = diagnose(slow_starts(num_workers=0, epochs=epochs), make_system())
+    assert v.category == "epoch_start_bound"
+    assert v.summary.endswith("(2.0 s): the main process starts each epoch slowly")
+    assert v.advice[0].startswith("the main process starts each epoch itself: move the costly set-up")
+    assert not any(a.startswith("persistent_workers=True") for a in v.advice)
+
+
+@pytest.mark.parametrize("run_wait_ms, shown, expected", [
+    (2100.0, None, "epoch_start_bound"),  # half the wait at the starts: the threshold
+    (2200.0, None, "input_bound_cpu"),  # just under half
+    (3000.0, "epoch_start_bound", "epoch_start_bound"),  # 41 %: held by the margin
+    (3300.0, "epoch_start_bound", "input_bound_cpu"),  # 39 %: below the margin
+])
+def test_the_share_of_the_wait_at_the_starts_and_its_margin(run_wait_ms, shown, expected):
+    epochs = [epoch(i, 2100.0, 4000.0, run_wait_ms) for i in range(2, 6)]
+    v = diagnose(slow_starts(epochs=epochs), make_system(), shown)
+    assert v.category == expected
+    if expected == "epoch_start_bound" and shown:
+        assert v.evidence[0].endswith("(threshold 50 %, held until below 40 %)")
+    if expected == "epoch_start_bound":  # the loop still waits between the starts: said last
+        assert v.advice[-1].startswith("between epoch starts the loop still waits")
+
+
+@pytest.mark.parametrize("run_ms, shown, expected", [
+    (18_900.0, None, "epoch_start_bound"),  # the starts take 10 % of the loop's time
+    (19_000.0, None, "compute_bound"),  # long epochs: the starts are a small part
+    (25_000.0, "epoch_start_bound", "epoch_start_bound"),  # 7.7 %: held above 7 %
+    (28_500.0, "epoch_start_bound", "compute_bound"),  # 6.9 %
+])
+def test_the_share_of_the_loops_time_the_starts_take(run_ms, shown, expected):
+    epochs = [epoch(i, 2100.0, run_ms) for i in range(2, 6)]
+    source = slow_starts(epochs=epochs, wait_fraction=0.02,
+                         wait_ms=stats(0.3, mean=0.5, p99=2.0))
+    assert diagnose(source, make_system(), shown).category == expected
+
+
+def test_short_epochs_of_a_slow_loader_are_not_slow_starts():
+    """Every epoch waits for its first batch's own fetch (prefetching does not cross epochs):
+    with persistent workers that take 1 s a batch and epochs of a few batches, the starts are
+    most of the wait, but no slower than a batch: the loader is slow, not its starts."""
+    epochs = [epoch(i, 1050.0, 600.0, 100.0) for i in range(2, 6)]
+    source = slow_starts(persistent=True, epochs=epochs,
+                         workers=[worker(i, fetch_ms=stats(1000.0), cpu_fraction=0.05,
+                                         cpu_percent=5.0) for i in range(2)])
+    assert diagnose(source, make_system()).category == "input_bound_io"
+    fast = slow_starts(persistent=True, epochs=[epoch(i, 3100.0, 600.0, 100.0) for i in range(2, 6)],
+                       workers=[worker(i, fetch_ms=stats(1000.0)) for i in range(2)])
+    assert diagnose(fast, make_system()).category == "epoch_start_bound"  # 3.1 × a fetch
+
+
+def test_the_starts_are_judged_while_the_loop_waits_for_one():
+    """Inside an epoch's start (no batch in the window yet, blocked in next()), the latest epochs
+    say what the wait is, where a window alone has too few batches."""
+    waiting = slow_starts(batches=0, wait_fraction=1.0, wait_ms=None, step_ms=None,
+                          blocked_ms=1800.0, batches_per_s=0.0)
+    assert diagnose(waiting, make_system()).category == "epoch_start_bound"
+    # not iterating at all: idle, and a held epoch_start_bound has nothing to say of it
+    stopped = slow_starts(batches=0, wait_fraction=None, wait_ms=None, step_ms=None,
+                          blocked_ms=None, state="idle", batches_per_s=None)
+    assert diagnose(stopped, make_system(), "epoch_start_bound").category == "idle"
+    assert d.restate("epoch_start_bound", stopped, make_system()) is None
+
+
+def test_a_held_epoch_start_verdict_is_said_with_the_latest_epochs():
+    epochs = [epoch(i, 2100.0, 60_000.0, 30_000.0) for i in range(2, 6)]  # long, waiting epochs
+    now = slow_starts(epochs=epochs, wait_fraction=0.5)
+    assert diagnose(now, make_system(), "epoch_start_bound").category == "input_bound_cpu"
+    held = d.restate("epoch_start_bound", now, make_system())
+    assert held is not None and held.category == "epoch_start_bound"
+    assert held.evidence[0].endswith("6.5 % at the starts (threshold 50 %)")  # past the margin
+
+
+# ---------------------------------------------------------------------------------------------
 # overall
 # ---------------------------------------------------------------------------------------------
 
 def test_overall_rank_order():
     rank: list[Category] = ["stalled", "memory_pressure", "cpu_saturated", "main_process_bound",
-                            "input_bound_io", "input_bound_cpu", "compute_bound", "insufficient_data",
-                            "idle"]
+                            "epoch_start_bound", "input_bound_io", "input_bound_cpu", "compute_bound",
+                            "insufficient_data", "idle"]
     assert list(d.OVERALL_RANK) == rank
     for i, winner in enumerate(rank):
         others = [(f"s{j}", verdict(c)) for j, c in enumerate(rank[i:])][::-1]
@@ -1497,7 +1669,8 @@ def test_overall_without_sources():
     top = overall([], make_system(**memory(0.01)))
     assert top.category == "memory_pressure" and top.source is None
     assert isinstance(top, OverallVerdict)
-    assert set(msgspec.to_builtins(top)) == {"category", "source", "summary", "evidence", "advice"}
+    assert set(msgspec.to_builtins(top)) == {"category", "source", "summary", "evidence", "advice",
+                                             "pending"}
 
 
 def test_overall_keeps_source_of_memory_pressure():
@@ -1559,9 +1732,68 @@ def test_stabilizer_refreshes_figures_while_category_holds():
     s = VerdictStabilizer()
     s.update("a", verdict("compute_bound", "wait fraction 3 %"), 0.0)
     shown = s.update("a", verdict("compute_bound", "wait fraction 4 %"), 0.5)
-    assert shown.evidence == ("wait fraction 4 %",)
-    # a pending change keeps the last verdict of the shown category
-    assert s.update("a", verdict("input_bound_io"), 1.0).evidence == ("wait fraction 4 %",)
+    assert shown.evidence == ("wait fraction 4 %",) and shown.pending is None
+    # without a restatement, a pending change keeps the last verdict of the shown category, and
+    # names the category that waits
+    held = s.update("a", verdict("input_bound_io"), 1.0)
+    assert held.evidence == ("wait fraction 4 %",) and held.pending == "input_bound_io"
+
+
+def test_stabilizer_holds_a_category_said_with_todays_figures():
+    """Issue 50: the held category's own words, fed the figures that named the new one."""
+    s = VerdictStabilizer()
+    healthy = make_source()
+    s.update("a", diagnose(healthy, make_system()), 0.0)
+    now = input_bound(wait_fraction=0.21)
+    new = diagnose(now, make_system(), s.shown_category("a"))
+    assert new.category == "input_bound_cpu"
+    asked = []
+
+    def restate(held: Category) -> Verdict | None:
+        asked.append(held)
+        return d.restate(held, now, make_system())
+
+    for i in range(1, d.STABLE_UPDATES):
+        held = s.update("a", new, 0.5 * i, restate)
+        assert held.category == "compute_bound" and held.pending == "input_bound_cpu"
+        assert held.evidence[0] == "wait fraction 21 % (threshold 10 %)"
+        assert "the loop waits 21 %" in held.summary
+        assert s.shown_category("a") == "compute_bound"
+    assert asked == ["compute_bound"] * (d.STABLE_UPDATES - 1)
+    shown = s.update("a", new, 0.5 * d.STABLE_UPDATES, restate)
+    assert shown == new and shown.pending is None
+
+
+@pytest.mark.parametrize("held, now", [
+    ("stalled", {}),  # the stall ended: batches flow again
+    ("idle", {}),  # batches again
+    ("insufficient_data", {}),  # enough batches now
+    ("compute_bound", {"batches": 0, "state": "idle"}),  # no batch to quote a wait fraction of
+])
+def test_stabilizer_gives_way_at_once_with_nothing_true_left_to_say(held, now):
+    s = VerdictStabilizer()
+    s.update("a", verdict(held), 0.0)
+    source = make_source(**now)
+    new = diagnose(source, make_system(), held)
+    assert new.category != held
+    assert d.restate(held, source, make_system()) is None
+    assert s.update("a", new, 0.5, lambda c: d.restate(c, source, make_system())) == new
+    assert s.shown_category("a") == new.category
+
+
+@pytest.mark.parametrize("held", sorted(set(d.CATEGORIES) - {"stalled", "idle", "insufficient_data",
+                                                              "memory_pressure", "epoch_start_bound"}))
+def test_every_loop_category_can_be_said_with_any_judged_window(held):
+    """A held loop category is restated in its own words, with today's wait fraction, whether
+    the figures are healthy or input-bound, on either side of each of its thresholds."""
+    for source in (make_source(), input_bound(wait_fraction=0.5),
+                   input_bound(wait_fraction=0.5, stages={"wait_split": {"producing": 0.2,
+                                                                         "handoff": 0.8}})):
+        v = d.restate(held, source, make_system())
+        assert v is not None and v.category == held and v.pending is None
+        wait = units.say_fraction(source.wait_fraction)
+        assert any(f"wait fraction {wait}" in e for e in v.evidence), (held, v.evidence)
+        assert v.advice
 
 
 def test_stabilizer_sources_are_independent_and_forgettable():

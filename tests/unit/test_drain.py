@@ -128,6 +128,50 @@ def test_a_chunk_with_epoch_marks_is_drained_in_bulk_between_them(monkeypatch, i
     assert rec.epoch == 3 and rec.batches_total == 4 + 3 + 2 + 1
 
 
+def test_each_ended_epoch_is_reported_with_its_start_apart_from_the_rest(implementation):
+    """An epoch's EpochReport once the next iter() ends it: from its iter() to its first batch
+    (the first next() of it apart), from there to its last batch, and the wait of the batches
+    after the first — whether the marks come alone or inside a chunk, drained in bulk or not."""
+    rec = _record("epochs")
+    us = 1_000
+
+    def batches(start: int, n: int) -> list[int]:
+        return _batches(start, n, wait=700 * us, step=300 * us)
+
+    # epoch 1: iter() at BASE, the first next() from 1 ms to 5 ms, then three batches waiting
+    # 0.7 ms each, the last received at 8 ms
+    rec.attach(iter(rec._keep), BASE)
+    rec.events.extend([BASE + 1_000 * us, -(BASE + 5_000 * us), *batches(BASE + 5_300 * us, 3)])
+    rec.drain()
+    assert not rec._epochs  # not ended yet
+    # epoch 2 begins (and with it epoch 1 ends); epoch 3's mark comes inside one chunk (_feed's
+    # iter() starts at BASE)
+    _feed(rec, ["epoch", batches(BASE + 20_000 * us, 2), "epoch", batches(BASE + 40_000 * us, 1)])
+    rec.attach(iter(rec._keep), BASE + 50_000 * us)  # ends epoch 3
+    rec.drain()
+    assert list(rec._epochs) == [
+        wire.EpochReport(epoch=1, start_ms=5.0, first_wait_ms=4.0, run_ms=3.0, run_wait_ms=2.1),
+        wire.EpochReport(epoch=2, start_ms=20.7, first_wait_ms=0.7, run_ms=1.0, run_wait_ms=0.7),
+        wire.EpochReport(epoch=3, start_ms=40.7, first_wait_ms=0.7, run_ms=0.0, run_wait_ms=0.0)]
+    report = rec.report(BASE + 60_000 * us, 1.0, None)
+    assert report.epochs == tuple(rec._epochs)
+    assert wire.decode(wire.encode(report)).epochs == report.epochs  # valid on the wire
+
+
+def test_an_epoch_with_lost_stamps_is_not_reported(implementation):
+    rec = _record("lost epoch")
+    rec.attach(iter(rec._keep), BASE)
+    rec.drain()
+    rec.events.extend(_batches(BASE + 1_000, stamp_drain.EVENTS_MAXLEN // 2 + 5))
+    rec.drain()
+    assert rec.dropped == 1 and rec.epoch == 1
+    rec.attach(iter(rec._keep), BASE + 10**10)
+    rec.events.extend(_batches(BASE + 10**10 + 1_000, 3))
+    rec.attach(iter(rec._keep), BASE + 2 * 10**10)
+    rec.drain()
+    assert [e.epoch for e in rec._epochs] == [2]  # the first, short of stamps, is left out
+
+
 @pytest.mark.parametrize("chunk", [[None], [BASE, None], [BASE, -(BASE + 5), None],
                                    [None, BASE, -(BASE + 5)], [BASE, 0], [0],
                                    [BASE, -(BASE + 5), BASE + 9, 0]])

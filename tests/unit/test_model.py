@@ -81,6 +81,44 @@ def test_document_has_no_effects_however_often_it_is_asked():
     assert shown == [diagnosis.COMPUTE_BOUND] * (diagnosis.STABLE_UPDATES - 1) + [diagnosis.INPUT_BOUND_CPU]
 
 
+def test_a_held_verdict_quotes_todays_figures_and_names_the_change_it_holds_back():
+    """Issue 50: `loadertop demo` a few seconds after its switch from healthy to I/O-bound. The
+    hysteresis holds compute_bound for a few refreshes, but says it with today's figures (the
+    loop waits 21 %, as the loader panel reads), and the document says which category waits:
+    in the source's verdict, the top-level one and `snapshot --json` alike."""
+    docs = fakes.held_verdict_history(diagnosis.STABLE_UPDATES)
+    first = docs[0]
+    (src,) = first.sources
+    assert src.wait_fraction == 0.21
+    for verdict in (src.diagnosis, first.diagnosis):
+        assert verdict.category == diagnosis.COMPUTE_BOUND
+        assert verdict.pending == diagnosis.INPUT_BOUND_IO
+        assert verdict.summary == ("the loader keeps up (the loop waits 21 %): the training step "
+                                   "is the limit")
+        assert verdict.evidence[0] == "wait fraction 21 % (threshold 10 %)"
+    raw = json.loads(encode_json(first))
+    assert raw["diagnosis"]["pending"] == raw["sources"][0]["diagnosis"]["pending"] == "input_bound_io"
+    # held until the change has persisted; then shown, nothing pending
+    assert [d.diagnosis.pending for d in docs] == (
+        [diagnosis.INPUT_BOUND_IO] * (diagnosis.STABLE_UPDATES - 1) + [None])
+    assert docs[-1].diagnosis.category == diagnosis.INPUT_BOUND_IO
+    assert json.loads(encode_json(docs[-1]))["diagnosis"]["pending"] is None
+
+
+def test_a_held_verdict_with_nothing_true_left_to_say_gives_way_at_once():
+    """An input-bound loop that stops iterating (no batch in the window): its held category has
+    no figures to be said with, so idle shows at the first refresh instead of a wait fraction
+    of the past."""
+    scenario = Scenario([LoaderSim(wait_fraction=0.4, wait_p50_ms=20.0, wait_p95_ms=30.0)],
+                        [MachineSim()])
+    scenario.run(T0 - 4, T0)
+    assert scenario.document(T0).diagnosis.category == diagnosis.INPUT_BOUND_CPU
+    scenario.loaders[0].idle = True
+    scenario.run(T0, T0 + 4)
+    top = scenario.document(T0 + 4).diagnosis
+    assert top.category == diagnosis.IDLE and top.pending is None
+
+
 def test_sources_are_forgotten_by_advance_only():
     model = Model()
     model.ingest(loader_report(), now=T0)

@@ -17,6 +17,17 @@ def test_category_styles_cover_exactly_the_diagnosis_categories():
     assert theme.category_style("made_up").words == "made up"  # a newer viewer's category
 
 
+def test_a_pending_change_is_named_by_what_tells_it_from_the_category_shown():
+    words = theme.pending_words
+    assert words(diagnosis.INPUT_BOUND_IO, diagnosis.COMPUTE_BOUND) == "changing to input-bound?"
+    assert words(diagnosis.COMPUTE_BOUND, diagnosis.INPUT_BOUND_IO) == "changing to healthy?"
+    assert words(diagnosis.INPUT_BOUND_IO, diagnosis.INPUT_BOUND_CPU) == \
+        "changing to input-bound: waiting on I/O?"
+    assert words(diagnosis.CPU_SATURATED, diagnosis.INPUT_BOUND_CPU) == "changing to CPU saturated?"
+    assert words(diagnosis.MAIN_PROCESS_BOUND, diagnosis.STALLED) == "changing to main-process-bound?"
+    assert words("made_up", diagnosis.IDLE) == "changing to made up?"  # a newer viewer's category
+
+
 def test_wait_colour_follows_the_diagnosis_thresholds():
     below = diagnosis.WAIT_FRACTION_INPUT_BOUND - 0.001
     at = diagnosis.WAIT_FRACTION_INPUT_BOUND

@@ -421,6 +421,32 @@ def test_banner_names_the_straggler_and_machine_wide_verdicts():
     run(same_name, make_app(fakes.same_name_doc()))
 
 
+def test_banner_says_a_held_verdict_with_todays_figures_and_the_change_it_holds_back():
+    """Issue 50: a few seconds after the demo turned I/O-bound, the banner still shows the healthy
+    category (the hysteresis), but with the wait the loader panel under it shows, and says that
+    a change is pending, next to the category: a compact banner cuts its summary, never that."""
+    doc = fakes.held_verdict_doc()
+    assert doc.diagnosis.pending == "input_bound_io"
+
+    async def body(app, pilot):
+        banner = text_of(app.query_one(Banner))
+        flat = " ".join(banner.split())
+        assert flat.startswith("HEALTHY: COMPUTE-BOUND · changing to input-bound? "
+                               "[train] the loader keeps up (the loop waits 21 %)")
+        assert "evidence wait fraction 21 % (threshold 10 %)" in flat
+        assert "waiting 21 % of the time" in text_of(app.query_one(LoaderPanel))
+        assert app.query_one(Banner).has_class("-ok")
+
+    run(body, make_app(doc))
+
+    async def compact(app, pilot):
+        lines = text_of(app.query_one(Banner)).splitlines()
+        assert lines[0].startswith("HEALTHY: COMPUTE-BOUND · changing to input-bound?")
+        assert lines[1].startswith("evidence wait fraction 21 % (threshold 10 %)")
+
+    run(compact, make_app(doc), size=(80, 24))
+
+
 def test_wait_colour_agrees_with_the_verdict():
     """A healthy loop's wait is green (the old screen showed 5 %..10 % in yellow beside a green
     Healthy); an input-bound one is not."""

@@ -43,6 +43,13 @@ def judge(facts: Facts) -> Verdict | None:
     return None
 
 
+def restate(facts: Facts) -> Verdict | None:
+    """Its words for today's figures while the hysteresis holds it (`client.hysteresis`): the
+    wait fraction it quotes is the window's, whatever it is now (docs/diagnosis.md,
+    "Hysteresis")."""
+    return _compute_bound_verdict(facts) if facts.window_judged else None
+
+
 def _compute_bound_verdict(facts: Facts) -> Verdict:
     wait_fraction = facts.wait_fraction
     evidence = [f"wait fraction {say_fraction(wait_fraction)} "

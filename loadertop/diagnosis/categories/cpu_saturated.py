@@ -51,9 +51,19 @@ LOOP_WAITS: Final = True
 
 def judge(facts: Facts) -> Verdict | None:
     saturation = cpu_saturation(facts, facts.previous)
-    if saturation is None:
+    return _saturated_verdict(facts, *saturation) if saturation is not None else None
+
+
+def restate(facts: Facts) -> Verdict | None:
+    """Its words for today's figures while the hysteresis holds it (`client.hysteresis`): the CPU
+    readings it quotes are today's, however busy (docs/diagnosis.md, "Hysteresis")."""
+    if not facts.window_judged:
         return None
-    evidence, busy_text = saturation
+    saturation = cpu_saturation(facts, facts.previous) or _cpu_readings(facts)
+    return _saturated_verdict(facts, *saturation) if saturation is not None else None
+
+
+def _saturated_verdict(facts: Facts, evidence: list[str], busy_text: str) -> Verdict:
     slow = facts.slow_worker
     slow_advice = [slow_worker_advice(slow)] if slow is not None else []
     return make_verdict(CATEGORY,
@@ -116,6 +126,21 @@ def cpu_saturation(facts: Facts, previous: Category | None) -> tuple[list[str], 
             evidence.append(f"workers use {say_cores(worker_cores)} of {say_cores(busy_cores)} busy: "
                             "other processes take most of the CPU")
     return evidence, text
+
+
+def _cpu_readings(facts: Facts) -> tuple[list[str], str] | None:
+    """(evidence, short "busy" text): today's CPU readings beside the threshold, however busy;
+    None when neither the machine's nor the job's is known."""
+    budget, busy = facts.cpu, finite(facts.system.cpu_percent)
+    threshold = f"(threshold {say_percent(CPU_SATURATED_PERCENT)})"
+    evidence, text = [], ""
+    if busy is not None:
+        evidence.append(f"CPU {say_percent(busy)} {threshold}")
+        text = f"CPU {say_percent(busy)}"
+    if budget is not None and budget.job_share() is not None:
+        evidence.append(f"{budget.use_text()} {threshold}")
+        text = text or budget.use_text(short=True)
+    return (evidence, text) if evidence else None
 
 
 def cpu_saturated_advice(facts: Facts) -> list[str]:

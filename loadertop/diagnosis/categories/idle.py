@@ -32,3 +32,9 @@ def judge(facts: Facts) -> Verdict | None:
                             [])
     return None
 
+
+def restate(facts: Facts) -> Verdict | None:
+    """Its words for today's figures while the hysteresis holds it (`client.hysteresis`): only
+    while its condition still holds; once it is over there is nothing true to say under it, and
+    the change shows at once (docs/diagnosis.md, "Hysteresis")."""
+    return judge(facts)

@@ -37,6 +37,7 @@ LOOP_WAITS: Final = True
 
 
 def judge(facts: Facts) -> Verdict:
+    """The rest, once every rule above declined: the loop waits and the workers compute."""
     reading = io_reading(facts)
     evidence = [wait_line(facts), *producing_evidence(facts), reading.fraction_line]
     busy = finite(facts.system.cpu_percent)
@@ -49,3 +50,7 @@ def judge(facts: Facts) -> Verdict:
     return make_verdict(CATEGORY, f"{waits_text(facts)} for data; {computes} and CPU is left",
                         evidence + reading.io_lines + gpu_lines(facts), advice + stage_advice(facts))
 
+
+def restate(facts: Facts) -> Verdict | None:
+    """Its words for today's figures while the hysteresis holds it (`client.hysteresis`)."""
+    return judge(facts) if facts.window_judged else None

@@ -8,6 +8,7 @@ from typing import Final
 from loadertop.client.document import Verdict
 from loadertop.diagnosis.facts import Facts, make_verdict
 from loadertop.diagnosis.loop_waits import (
+    IoReading,
     gpu_lines,
     io_reading,
     producing_evidence,
@@ -34,8 +35,16 @@ LOOP_WAITS: Final = True
 
 def judge(facts: Facts) -> Verdict | None:
     reading = io_reading(facts)
-    if not reading.io_bound:
-        return None
+    return _io_verdict(facts, reading) if reading.io_bound else None
+
+
+def restate(facts: Facts) -> Verdict | None:
+    """Its words for today's figures while the hysteresis holds it (`client.hysteresis`): the
+    fetching side's CPU share it quotes is today's, on whichever side of the boundary."""
+    return _io_verdict(facts, io_reading(facts)) if facts.window_judged else None
+
+
+def _io_verdict(facts: Facts, reading: IoReading) -> Verdict:
     slow = facts.slow_worker
     advice = [slow_worker_advice(slow)] if slow is not None else worker_count_advice(facts, "io")
     who = "the workers" if facts.uses_workers else "the main process, fetching itself,"

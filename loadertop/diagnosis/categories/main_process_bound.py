@@ -51,8 +51,20 @@ LOOP_WAITS: Final = True
 
 def judge(facts: Facts) -> Verdict | None:
     main_bound = main_bound_evidence(facts, facts.previous) if facts.uses_workers else None
-    if main_bound is None:
+    return _main_bound_verdict(facts, main_bound) if main_bound is not None else None
+
+
+def restate(facts: Facts) -> Verdict | None:
+    """Its words for today's figures while the hysteresis holds it (`client.hysteresis`): the
+    split of the wait and the queue samples it quotes are today's, on whichever side of their
+    thresholds (docs/diagnosis.md, "Hysteresis")."""
+    if not facts.uses_workers or not facts.window_judged:
         return None
+    main_bound = main_bound_evidence(facts, facts.previous)
+    return _main_bound_verdict(facts, main_bound if main_bound is not None else _readings(facts))
+
+
+def _main_bound_verdict(facts: Facts, main_bound: list[str]) -> Verdict:
     evidence = [wait_line(facts), *main_bound]
     advice = main_process_advice(facts)
     saturation = cpu_saturation(facts, facts.previous)
@@ -106,6 +118,21 @@ def main_bound_evidence(facts: Facts, previous: Category | None) -> list[str] | 
               if ready_when_waiting < READY_WHEN_WAITING_MAIN_BOUND else "")
     return [*lines, f"a batch was ready in {say_fraction(ready_when_waiting)} of the samples while "
             f"the loop waited (threshold {say_fraction(READY_WHEN_WAITING_MAIN_BOUND)}{margin})"]
+
+
+def _readings(facts: Facts) -> list[str]:
+    """The two figures `main_bound_evidence` decides by, beside their thresholds, whichever side
+    they are on."""
+    handoff = facts.handoff_share()
+    ready = finite(facts.source.queue.ready_when_waiting)
+    lines = []
+    if handoff is not None:
+        lines.append(f"{say_fraction(handoff)} of the wait came after the batch was produced "
+                     f"(threshold {say_fraction(HANDOFF_MAIN_BOUND)})")
+    if ready is not None:
+        lines.append(f"a batch was ready in {say_fraction(ready)} of the samples while the loop "
+                     f"waited (threshold {say_fraction(READY_WHEN_WAITING_MAIN_BOUND)})")
+    return lines
 
 
 # torch 2.13's default sharing strategy (file_descriptor) sends each tensor's storage as a file

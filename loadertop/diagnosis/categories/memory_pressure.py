@@ -45,6 +45,13 @@ def judge(facts: Facts) -> Verdict | None:
                         memory_advice(facts))
 
 
+def restate(facts: Facts) -> Verdict | None:
+    """Its words for today's figures while the hysteresis holds it (`client.hysteresis`): only
+    while its condition still holds; once it is over there is nothing true to say under it, and
+    the change shows at once (docs/diagnosis.md, "Hysteresis")."""
+    return judge(facts)
+
+
 @dataclass
 class MemoryFindings:
     summary: str
@@ -121,4 +128,3 @@ def memory_advice(facts: Facts) -> list[str]:
     if not advice:
         advice.append("find the processes using the memory (top -o %MEM)")
     return advice
-

@@ -50,6 +50,13 @@ def judge(facts: Facts) -> Verdict | None:
     return verdict
 
 
+def restate(facts: Facts) -> Verdict | None:
+    """Its words for today's figures while the hysteresis holds it (`client.hysteresis`): only
+    while its condition still holds; once it is over there is nothing true to say under it, and
+    the change shows at once (docs/diagnosis.md, "Hysteresis")."""
+    return judge(facts)
+
+
 def signal_name(number: int) -> str:
     try:
         return signal.Signals(number).name
@@ -170,4 +177,3 @@ def short_frame(frame: str) -> str:
     """`"/long/path/to/data.py:42 in load"` as `"data.py:42 in load"`."""
     path, sep, rest = frame.partition(":")
     return path.rsplit("/", 1)[-1] + sep + rest
-

@@ -1,5 +1,6 @@
 """The banner: the bottleneck as the diagnosis named it — the category in its words and colour, the
-source it is about, the summary, the deciding evidence and the first advice.
+change its hysteresis holds back (`· changing to …?`), the source it is about, the summary, the
+deciding evidence and the first advice.
 
 The diagnosis lists a verdict's evidence with the deciding figures first (the wait fraction
 against its threshold, then what told I/O from CPU, …) and its advice with the first thing to try
@@ -15,7 +16,7 @@ from __future__ import annotations
 from typing import Any
 
 from loadertop.client.document import OverallVerdict
-from loadertop.tui.theme import DIM, category_style
+from loadertop.tui.theme import DIM, category_style, pending_words
 from loadertop.tui.widgets import graphics
 from loadertop.tui.widgets.graphics import Line, Span
 from loadertop.tui.widgets.lines import LineWidget
@@ -67,6 +68,10 @@ class Banner(LineWidget):
         verdict = self._verdict
         cat = category_style(verdict.category if verdict else None)
         head: list[Span] = [(cat.words.upper(), f"bold {cat.colour}")]
+        if verdict is not None and verdict.pending is not None:
+            # next to the category it qualifies: a cut summary (compact) never hides it
+            head.append((f" · {pending_words(verdict.pending, verdict.category)}",
+                         category_style(verdict.pending).colour))
         if self._about:
             head.append((f"  [{self._about}]", DIM))
         if verdict is None:
