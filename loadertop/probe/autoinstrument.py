@@ -20,6 +20,7 @@ from __future__ import annotations
 import os
 import sys
 import threading
+import time
 import weakref
 
 from loadertop import environment
@@ -35,6 +36,8 @@ _records: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 # created anew each epoch at the same place reuses its predecessor's record (once that loader is
 # gone) instead of adding a source.
 _by_call_site: dict[tuple, object] = {}
+# record -> perf_counter_ns() of its latest epoch's start (see _succeeds)
+_epoch_began: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 _probe = None  # loadertop.probe.loader, imported at the first iteration (never at torch import)
 
 
@@ -281,6 +284,7 @@ def _instrumented(loader, original):
     if entry is _SKIP:
         return original(loader)
     _, record, endpoint = entry
+    _epoch_began[record] = time.perf_counter_ns()
     return probe.instrumented_iter(loader, record, endpoint, original_iter=original)
 
 
@@ -354,8 +358,9 @@ def _find_or_create(loader, probe, frame):
     key = (pid, *site, name) if site else None
     if key is not None:
         previous = _by_call_site.get(key)
-        if previous is not None and previous._loader_ref() is None:
-            # The loader made here before has died: this one takes over its source.
+        if previous is not None and (previous._loader_ref() is None
+                                     or _succeeds(loader, previous, naming)):
+            # The loader made here before has died, or is done: this one takes over its source.
             previous._loader_ref = weakref.ref(loader)
             publisher.ensure_registered(previous)
             return (pid, previous, publisher.worker_endpoint)
@@ -363,6 +368,18 @@ def _find_or_create(loader, probe, frame):
     if key is not None:
         _by_call_site[key] = record
     return (pid, record, publisher.worker_endpoint)
+
+
+def _succeeds(loader, previous, naming) -> bool:
+    """`loader` continues the source of `previous`, a loader named at the same place that is
+    still alive, when it was made after `previous`'s latest epoch began and `previous` has no
+    iterator now: the program makes one loader after another there and keeps the old ones.
+    accelerate 1.x keeps every loader it prepares (`Accelerator._dataloaders`), and Hugging
+    Face's Trainer prepares an eval loader per evaluation: one source, not one per evaluation.
+    Loaders made together (a list of them, iterated in turn) stay sources of their own."""
+    made = naming.made_at(loader)
+    began = _epoch_began.get(previous)
+    return made is not None and began is not None and made > began and previous.iterator is None
 
 
 def _warn(message: str) -> None:

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 import weakref
 from collections.abc import Callable, Iterator
 from types import CodeType, FrameType
@@ -58,6 +59,8 @@ _STDLIB_DIR = os.path.dirname(os.path.abspath(os.__file__)) + os.sep
 Site = tuple[str, int]  # (file, line) of the frame a name was found in
 # A loader -> (the name of the function of the program that made it, where it was made).
 _made_by: weakref.WeakKeyDictionary[Any, tuple[str, Site]] = weakref.WeakKeyDictionary()
+# A loader -> time.perf_counter_ns() when DataLoader.__init__ returned (autoinstrument._succeeds).
+_made_at: weakref.WeakKeyDictionary[Any, int] = weakref.WeakKeyDictionary()
 
 
 def frame_kind(filename: str) -> str:
@@ -118,7 +121,11 @@ def note_maker(loader: Any, frame: FrameType | None) -> None:
     but `self`.
     Libraries' frames on the way are passed (Lightning 2.6 calls its hooks with
     `DataLoader.__init__` wrapped by a function of its own), and so are `__init__`s (a
-    subclass's calling its base's)."""
+    subclass's calling its base's). Also notes when it was made (`made_at`)."""
+    try:
+        _made_at[loader] = time.perf_counter_ns()
+    except TypeError:  # not weakly referable
+        pass
     depth = 0
     while frame is not None and depth < MAKER_FRAMES:
         code = frame.f_code
@@ -132,6 +139,14 @@ def note_maker(loader: Any, frame: FrameType | None) -> None:
             return
         frame = frame.f_back
         depth += 1
+
+
+def made_at(loader: Any) -> int | None:
+    """time.perf_counter_ns() when `loader` was made (DataLoader.__init__), None if unknown."""
+    try:
+        return _made_at.get(loader)
+    except TypeError:
+        return None
 
 
 def _stands_for_one(code: CodeType) -> bool:
