@@ -75,9 +75,6 @@ def _make(base: type) -> type:
             step = trainer.fit_loop.epoch_loop._batches_that_stepped
             self._log(trainer, step)
 
-        def on_fit_end(self, trainer: Any, pl_module: Any) -> None:
-            self._log(trainer, trainer.fit_loop.epoch_loop._batches_that_stepped)
-
         def _log(self, trainer: Any, step: int) -> None:
             figures, verdict = self._writer.read()
             for logger in trainer.loggers:

@@ -8,7 +8,8 @@
 Fits `--steps` training batches of 16 (an epoch is 8 of them, then 2 validation batches); a sample
 sleeps `--sample-ms` (an I/O-like read). With `--stop FILE`, up to 1000 epochs, ending at the first
 batch after FILE exists (60 s cap). `--callback` adds
-`loadertop.integrations.lightning.LoadertopCallback`. Prints `done <global step>` at the end.
+`loadertop.integrations.lightning.LoadertopCallback`; `--quiet`: the module logs nothing itself;
+`--logs DIR`: the loggers write there. Prints `done <global step>` at the end.
 """
 
 from __future__ import annotations
@@ -53,16 +54,19 @@ class Regression(L.LightningModule):
         super().__init__()
         self.net = nn.Linear(8, 1)
         self.sample_ms = sample_ms
+        self.quiet = False  # --quiet: the module logs nothing itself
 
     def training_step(self, batch, index):
         x, y = batch
         loss = nn.functional.mse_loss(self.net(x), y)
-        self.log("loss", loss)
+        if not self.quiet:
+            self.log("loss", loss)
         return loss
 
     def validation_step(self, batch, index):
         x, y = batch
-        self.log("val_loss", nn.functional.mse_loss(self.net(x), y))
+        if not self.quiet:
+            self.log("val_loss", nn.functional.mse_loss(self.net(x), y))
 
     def configure_optimizers(self):
         return torch.optim.SGD(self.parameters(), lr=0.01)
@@ -94,13 +98,16 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--callback", action="store_true")
     parser.add_argument("--log-every", type=int, default=2)
     parser.add_argument("--sample-ms", type=float, default=1.0)
+    parser.add_argument("--quiet", action="store_true")
+    parser.add_argument("--logs", default=None, help="the loggers' directory (default OUTPUT_DIR)")
     args = parser.parse_args(argv)
     loggers: list = []
+    logs = args.logs or args.output_dir
     for name in filter(None, args.loggers.split(",")):
         if name == "tensorboard":
-            loggers.append(L.pytorch.loggers.TensorBoardLogger(args.output_dir, name="tb"))
+            loggers.append(L.pytorch.loggers.TensorBoardLogger(logs, name="tb"))
         elif name == "csv":
-            loggers.append(L.pytorch.loggers.CSVLogger(args.output_dir, name="csv"))
+            loggers.append(L.pytorch.loggers.CSVLogger(logs, name="csv"))
         else:
             raise SystemExit(f"unknown logger {name}")
     callbacks: list = [StopWhenTold(args.stop)] if args.stop else []
@@ -116,7 +123,9 @@ def main(argv: list[str] | None = None) -> None:
         enable_progress_bar=False, enable_model_summary=False, accelerator="cpu", devices=1,
         default_root_dir=args.output_dir)
     torch.manual_seed(0)
-    trainer.fit(Regression(args.sample_ms))
+    module = Regression(args.sample_ms)
+    module.quiet = args.quiet
+    trainer.fit(module)
     print(f"done {trainer.global_step}", flush=True)
 
 
