@@ -110,3 +110,38 @@ def test_an_integration_without_its_framework_imports_and_says_so_once_used():
         "loadertop.integrations.transformers needs Hugging Face transformers (pip install "
         "transformers): it is not installed"]
     assert "Traceback" not in done.stderr
+
+
+def test_the_publisher_thread_imports_nothing_for_the_in_process_viewer():
+    """Everything the viewer runs on the publisher thread is imported by the first call, on the
+    caller's thread: an import on a thread while the loop forks its workers leaves the import
+    lock held in the child (probe/publisher.py). Only what any subscribed viewer makes it load
+    (psutil, the machine's sampler: under the fork-holding lock) may appear."""
+    done = _python("""
+        import sys, time
+        import torch
+        from torch.utils.data import DataLoader, TensorDataset
+        import loadertop
+        from loadertop.integrations import metrics
+        train = loadertop.instrument(DataLoader(TensorDataset(torch.arange(64.0)), batch_size=8),
+                                     name="train")
+        it = iter(train); next(it)
+        loadertop.metrics()
+        viewer = metrics.viewer()
+        before, first = set(sys.modules), viewer.refreshes
+        deadline = time.monotonic() + 60
+        while viewer.refreshes < first + 3 and time.monotonic() < deadline:
+            try:
+                next(it)
+            except StopIteration:
+                it = iter(train)
+            time.sleep(0.01)
+        assert viewer.refreshes >= first + 3, viewer.refreshes
+        new = {m for m in set(sys.modules) - before
+               if not m.startswith(("psutil", "loadertop.system", "loadertop.probe.system_feed",
+                                    "pynvml"))}
+        assert not new, sorted(new)
+        assert "loadertop/train/num_workers" in loadertop.metrics()
+        print("ok")
+    """)
+    assert done.returncode == 0 and done.stdout == "ok\n", done.stderr
