@@ -159,3 +159,27 @@ def test_frames_of_torch_and_loadertop_are_ours_and_code_without_a_file_the_prog
     assert naming.frame_kind(textwrap.__file__) == naming.LIBRARY  # the standard library
     assert naming.frame_kind(__file__) == naming.PROGRAM
     assert sys.modules["torch"] is torch
+
+
+def test_a_loader_made_after_its_predecessor_s_epoch_continues_its_source_not_loaders_made_together():
+    kept = []  # what accelerate does with every loader it prepares: keeps it
+
+    def evaluate():
+        loader = DataLoader(TensorDataset(torch.arange(8.0)), batch_size=4)
+        kept.append(loader)
+        for _ in loader:
+            pass
+
+    assert autoinstrument.patch(dataloader_module)
+    try:
+        evaluate()
+        evaluate()  # made after the first one's epoch began; the first has no iterator left
+        together = [DataLoader(TensorDataset(torch.arange(8.0)), batch_size=4) for _ in range(2)]
+        for dl in together:
+            for _ in dl:
+                pass
+        records = [autoinstrument._records[loader][1] for loader in kept + together]
+    finally:
+        autoinstrument.unpatch(dataloader_module)
+    assert records[0] is records[1] and records[0].name.startswith("loader")
+    assert records[2] is not records[3]
