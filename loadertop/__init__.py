@@ -50,7 +50,7 @@ def metrics() -> dict[str, float]:
     `loadertop/<loader>/<figure>` (`loadertop/rank<N>/<loader>/…` where a rank is known):
     wait_fraction, batches_per_s, samples_per_s, fetch_ms_p50, collate_ms_p50, handoff_ms_p50,
     num_workers, queue_ready_mean, `bottleneck/<category>` (1.0 for the loader's verdict, 0.0 for
-    the others) and workers_alive; a figure not known now is left out (docs/contract.md §11).
+    the others) and workers_alive; a figure not known now is left out (docs/contract.md §12).
 
     Computed by the viewers' own code from this process's reports, refreshed once a second off
     the training thread; a call copies the latest dict. The first call starts that viewer (its

@@ -1,4 +1,4 @@
-"""Loader figures where people already look (docs/trackers.md, docs/contract.md §11).
+"""Loader figures where people already look (docs/trackers.md, docs/contract.md §12).
 
 `metrics` is `loadertop.metrics()` and `loadertop.verdict()`: this process's loaders, read by the
 viewers' own client code in-process. `lightning` and `transformers` are the frameworks' callbacks;

@@ -1,6 +1,6 @@
 """What the frameworks' callbacks share: instrumenting the loaders, reading `loadertop.metrics()`
 and `loadertop.verdict()`, and writing to a tracker so that its failure costs one line on stderr,
-once per tracker, and never the training (docs/contract.md §11)."""
+once per tracker, and never the training (docs/contract.md §12)."""
 
 from __future__ import annotations
 

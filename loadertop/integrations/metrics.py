@@ -1,5 +1,5 @@
 """`loadertop.metrics()` and `loadertop.verdict()`: the figures of this process's loaders, inside
-the training process, computed by the same client code the viewers use (docs/contract.md §11).
+the training process, computed by the same client code the viewers use (docs/contract.md §12).
 
 The first call makes an in-process viewer: a `Model` (client/model.py) that the probe's publisher
 thread feeds every frame it publishes (`Publisher.add_reader`: the very bytes a subscriber gets,

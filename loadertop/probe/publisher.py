@@ -206,7 +206,7 @@ class Publisher:
         self.how = how or ("run" if environment.run_hook_enabled() else "instrument")
         self.blackbox: BlackBox | None = None
         # An in-process reader of what is published (`loadertop.metrics()`: the integrations'
-        # viewer, docs/contract.md §11), set once by `add_reader`; it counts as a viewer.
+        # viewer, docs/contract.md §12), set once by `add_reader`; it counts as a viewer.
         self.reader: Reader | None = None
 
     # ------------------------------------------------------------ training thread side

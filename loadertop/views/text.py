@@ -283,7 +283,7 @@ BANNER_EVIDENCE = 3
 def banner_text(doc: Document) -> str:
     """The banner's words as plain text, as the TUI's banner shows them: the category in
     capitals, the source it is about and the summary; the deciding evidence; the first advice
-    (`loadertop.verdict()`, the integrations' text: docs/contract.md §11)."""
+    (`loadertop.verdict()`, the integrations' text: docs/contract.md §12)."""
     verdict = doc.diagnosis
     head = category_style(verdict.category).words.upper()
     about = next((s for s in doc.sources if s.id == verdict.source), None)
