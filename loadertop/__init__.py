@@ -1,14 +1,17 @@
 """loadertop: `top` for PyTorch input pipelines.
 
-`loadertop.instrument(loader)` is the whole in-process API. Importing this package never imports
-torch (the viewer side must start instantly); the probe is loaded on first use.
+`loadertop.instrument(loader)` instruments a loader; `loadertop.metrics()` and
+`loadertop.verdict()` read its figures in the training process (for a tracker: W&B, TensorBoard,
+MLflow). Importing this package never imports torch (the viewer side must start instantly); the
+probe is loaded on first use.
 """
 
+from collections.abc import Callable
 from typing import Any
 
 from loadertop._version import __version__
 
-__all__ = ["instrument", "__version__"]
+__all__ = ["instrument", "metrics", "verdict", "__version__"]
 
 
 def instrument(loader: Any, *, name: str | None = None, endpoint: str | None = None,
@@ -40,3 +43,53 @@ def _first_instrument(loader: Any, name: str | None, endpoint: str | None,
 
     _instrument = instrument
     return instrument(loader, name=name, endpoint=endpoint, autotune=autotune)
+
+
+def metrics() -> dict[str, float]:
+    """The current figures of every loader this process instruments, as a tracker's flat keys:
+    `loadertop/<loader>/<figure>` (`loadertop/rank<N>/<loader>/…` where a rank is known):
+    wait_fraction, batches_per_s, samples_per_s, fetch_ms_p50, collate_ms_p50, handoff_ms_p50,
+    num_workers, queue_ready_mean, `bottleneck/<category>` (1.0 for the loader's verdict, 0.0 for
+    the others) and workers_alive; a figure not known now is left out (docs/contract.md §11).
+
+    Computed by the viewers' own code from this process's reports, refreshed once a second off
+    the training thread; a call copies the latest dict. The first call starts that viewer (its
+    figures follow within a second or two): {} until then, before any loader is instrumented,
+    and with LOADERTOP_DISABLE=1. `wandb.log({**loadertop.metrics(), "loss": loss})`.
+    """
+    if _metrics is None:
+        return _first_metrics()
+    return _metrics()
+
+
+def verdict() -> str:
+    """The banner's text for this process's loaders (the category, the loader it is about and
+    the summary; the deciding evidence; the first advice), as of the last refresh; "" before
+    the first (see `metrics`)."""
+    if _metrics is None:
+        _first_metrics()
+    return _import_metrics().verdict()  # type: ignore[no-any-return]
+
+
+_metrics: Callable[[], dict[str, float]] | None = None  # integrations.metrics.metrics, once imported
+
+
+def _first_metrics() -> dict[str, float]:
+    global _metrics
+    # The client's model and diagnosis are imported on this thread (the publisher thread, which
+    # runs them, must import nothing: a fork meanwhile would inherit a held import lock), out of
+    # the program's next full garbage collection (loadertop/probe/quiet_start.py).
+    from loadertop.probe import quiet_start
+
+    module = quiet_start.call(_import_metrics)
+    _metrics = module.metrics
+    return _metrics()
+
+
+def _import_metrics() -> Any:
+    # By name: the probe imports this package's root (`from loadertop import environment`), and
+    # import-linter would read a static import here as the probe importing the client. The probe
+    # never calls metrics(); the program does.
+    import importlib
+
+    return importlib.import_module("loadertop.integrations.metrics")

@@ -217,7 +217,7 @@ def _register(it, frame, state: _Attached):
 def _find_loader(it, frame, module):
     """The DataLoader this iterator was made from, if a calling frame holds it (a local, an
     attribute of the caller's `self`, a global)."""
-    from loadertop.probe.autoinstrument import _items, _user_frames, frame_locals
+    from loadertop.probe.naming import frame_locals, items_of, outer_frames
 
     cls = getattr(module, "DataLoader", None)
     sampler = it.__dict__.get("_index_sampler")
@@ -235,11 +235,11 @@ def _find_loader(it, frame, module):
         except Exception:
             return False
 
-    for f in _user_frames(frame):
+    for f in outer_frames(frame):
         local_items = frame_locals(f)
         owner = next((v for k, v in local_items if k == "self"), None)
-        attr_items = _items(lambda owner=owner: vars(owner)) if owner is not None else []
-        for items in (local_items, attr_items, _items(lambda f=f: f.f_globals)):
+        attr_items = items_of(lambda owner=owner: vars(owner)) if owner is not None else []
+        for items in (local_items, attr_items, items_of(lambda f=f: f.f_globals)):
             for _name, value in items:
                 if made_it(value):
                     return value

@@ -20,23 +20,24 @@ from __future__ import annotations
 import os
 import sys
 import threading
+import time
 import weakref
 
 from loadertop import environment
 
 TARGET = "torch.utils.data.dataloader"
 
-# Names at a call site that say nothing about the loader (a wrapper's parameter, a generic local).
-_GENERIC_NAMES = frozenset({"self", "cls", "iterable", "iterator", "it", "obj", "seq", "x", "_"})
-_NAME_SEARCH_FRAMES = 6  # caller frames looked at for a name (a subclass's __iter__, tqdm, ...)
 _SKIP = object()  # a loader we decided not to instrument (a worker, a failed registration)
 
 _lock = threading.Lock()
 # loader -> (pid, LoaderRecord, worker endpoint) or _SKIP; weak, so a loader's death frees it.
 _records: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
-# (pid, filename, line) of the call site -> record: a loader created anew each epoch at the same
-# place reuses its predecessor's record (once that loader is gone) instead of adding a source.
+# (pid, filename, line, name) of the frame that named it (probe/naming.py) -> record: a loader
+# created anew each epoch at the same place reuses its predecessor's record (once that loader is
+# gone) instead of adding a source.
 _by_call_site: dict[tuple, object] = {}
+# record -> perf_counter_ns() of its latest epoch's start (see _succeeds)
+_epoch_began: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 _probe = None  # loadertop.probe.loader, imported at the first iteration (never at torch import)
 
 
@@ -112,8 +113,9 @@ def patch(module) -> bool:
     subclass that defines its own (now and as later ones are created); False if already done or
     the class is not what we know (then DataLoaders simply stay uninstrumented). Under `loadertop
     tune` (LOADERTOP_TUNE_NUM_WORKERS set) `DataLoader.__init__` is wrapped too: see
-    `loadertop.probe.override`."""
-    from loadertop.probe import override  # stdlib only: cheap, and only once torch is imported
+    `loadertop.probe.override`; and, outside it, to note which function made each loader
+    (`naming.note_maker`)."""
+    from loadertop.probe import naming, override  # cheap, and only once torch is imported
 
     try:
         override.install(module)
@@ -122,6 +124,7 @@ def patch(module) -> bool:
     cls = getattr(module, "DataLoader", None)
     if not isinstance(cls, type) or not _patch_iter(cls):
         return False
+    _patch_init(cls, naming.note_maker)
     _patch_subclass_creation(cls)
     for sub in _subclasses(cls):
         _patch_iter(sub)
@@ -157,6 +160,30 @@ def _patch_iter(cls: type) -> bool:
     __iter__._loadertop_original = original  # type: ignore[attr-defined]
     cls.__iter__ = __iter__  # type: ignore[attr-defined]
     return True
+
+
+def _patch_init(cls: type, note_maker) -> None:
+    """Wrap `cls.__init__` (torch's, or tune's override of it) so that a loader made by a
+    function of the program is named after it (probe/naming.py, rule 2). Runs once per loader
+    made, never per batch; the loader and what `__init__` raises are torch's own."""
+    original = cls.__dict__.get("__init__")
+    if original is None or getattr(original, "_loadertop_maker", False):
+        return
+
+    def __init__(self, *args, **kwargs):
+        original(self, *args, **kwargs)
+        try:
+            note_maker(self, sys._getframe(1))
+        except Exception:  # naming must never break a loader's making
+            pass
+
+    __init__.__name__ = getattr(original, "__name__", "__init__")
+    __init__.__qualname__ = getattr(original, "__qualname__", f"{cls.__name__}.__init__")
+    __init__.__doc__ = original.__doc__
+    # As in _patch_iter: inspect.signature(DataLoader) still shows torch's through __wrapped__.
+    __init__.__wrapped__ = original  # type: ignore[attr-defined]
+    __init__._loadertop_maker = original  # type: ignore[attr-defined]
+    cls.__init__ = __init__  # type: ignore[misc]
 
 
 def _subclasses(cls: type) -> list[type]:
@@ -206,6 +233,10 @@ def unpatch(module) -> None:
         original = getattr(current, "_loadertop_original", None)
         if original is not None:
             klass.__iter__ = original  # type: ignore[attr-defined]
+    init = cls.__dict__.get("__init__")
+    made_by = getattr(init, "_loadertop_maker", None)
+    if made_by is not None:
+        cls.__init__ = made_by  # type: ignore[misc]
     hook = cls.__dict__.get("__init_subclass__")
     own = getattr(getattr(hook, "__func__", None), "_loadertop_original", None)
     if own is _NO_OWN:
@@ -253,6 +284,7 @@ def _instrumented(loader, original):
     if entry is _SKIP:
         return original(loader)
     _, record, endpoint = entry
+    _epoch_began[record] = time.perf_counter_ns()
     return probe.instrumented_iter(loader, record, endpoint, original_iter=original)
 
 
@@ -320,13 +352,15 @@ def _find_or_create(loader, probe, frame):
         ref = getattr(record, "_loader_ref", None)
         if ref is not None and ref() is loader:
             return (pid, record, publisher.worker_endpoint)
-    site = _call_site(frame)
-    key = (pid,) + site if site else None
-    name = guess_name(loader, frame)
+    from loadertop.probe import naming  # here: the start-up hook of every Python stays cheap
+
+    name, site = naming.name_and_site(loader, frame)
+    key = (pid, *site, name) if site else None
     if key is not None:
         previous = _by_call_site.get(key)
-        if previous is not None and previous._loader_ref() is None:
-            # The loader made here before has died: this one takes over its source.
+        if previous is not None and (previous._loader_ref() is None
+                                     or _succeeds(loader, previous, naming)):
+            # The loader made here before has died, or is done: this one takes over its source.
             previous._loader_ref = weakref.ref(loader)
             publisher.ensure_registered(previous)
             return (pid, previous, publisher.worker_endpoint)
@@ -336,101 +370,16 @@ def _find_or_create(loader, probe, frame):
     return (pid, record, publisher.worker_endpoint)
 
 
-# ---------------------------------------------------------------------------- naming
-def _is_ours(filename: str) -> bool:
-    """Frames of torch or of loadertop's probe never name a user's loader."""
-    return filename.startswith(_library_dirs())
-
-
-_LIBRARY_DIRS: tuple[str, ...] | None = None
-
-
-def _library_dirs() -> tuple[str, ...]:
-    global _LIBRARY_DIRS
-    if _LIBRARY_DIRS is None:
-        dirs = [os.path.dirname(os.path.abspath(__file__)) + os.sep]
-        torch = sys.modules.get("torch")
-        torch_file: str | None = getattr(torch, "__file__", None) if torch is not None else None
-        if torch_file:
-            dirs.append(os.path.dirname(os.path.abspath(torch_file)) + os.sep)
-        _LIBRARY_DIRS = tuple(dirs)
-    return _LIBRARY_DIRS
-
-
-def _user_frames(frame):
-    depth = 0
-    while frame is not None and depth < _NAME_SEARCH_FRAMES:
-        if not _is_ours(frame.f_code.co_filename):
-            yield frame
-        frame = frame.f_back
-        depth += 1
-
-
-def _call_site(frame) -> tuple | None:
-    for f in _user_frames(frame):
-        return (f.f_code.co_filename, f.f_lineno)
-    return None
-
-
-def guess_name(loader, frame) -> str | None:
-    """The variable the caller holds the loader in: a local, an attribute of the caller's `self`
-    (`self.train_loader`), or a global — looked up once per loader, from the frame iterating it.
-    None (then loader0, loader1, …) when no such name is found."""
-    for f in _user_frames(frame):
-        local_items = frame_locals(f)
-        owner = next((v for k, v in local_items if k == "self"), None)
-        attr_items = (_items(lambda owner=owner: vars(owner))
-                      if owner is not None and owner is not loader else [])
-        global_items = _items(lambda f=f: f.f_globals)
-        for items, strip in ((local_items, False), (attr_items, True), (global_items, False)):
-            for name, value in items:
-                if value is loader and _usable(name):
-                    return (name.lstrip("_") or name) if strip else name
-    return None
-
-
-# CO_OPTIMIZED (`inspect.CO_OPTIMIZED`): a function's frame, whose locals live in fast slots.
-_CO_OPTIMIZED = 0x1
-_LOCALS_ARE_SNAPSHOTS = sys.version_info < (3, 13)  # PEP 667 made f_locals a live proxy
-
-
-def frame_locals(frame) -> list:
-    """A snapshot of a frame's local (name, value) pairs, [] when they cannot be read, leaving
-    the frame holding no reference it did not hold before.
-
-    On CPython < 3.13 reading a function frame's `f_locals` copies its fast locals into a dict
-    kept on the frame, and that dict keeps every value alive until something reads `f_locals`
-    again. Naming a loader from the frame that iterates it left that loader, its persistent
-    iterator and so its workers alive after the program's `del loader` (torch 2.13 shuts
-    persistent workers down from `_MultiProcessingDataLoaderIter.__del__`). So the dict is
-    emptied again after reading, unless someone else holds it (a `locals()` the program kept:
-    then it is theirs and stays as the read left it). Every reader of that dict (`locals()`,
-    `f_locals`, a tracer's write-back) refreshes it from the fast locals first, so emptying it
-    changes nothing they see. Module and class frames' `f_locals` are real namespaces: untouched.
-    """
-    try:
-        namespace = frame.f_locals
-        items = list(namespace.items())
-    except Exception:
-        return []
-    if _LOCALS_ARE_SNAPSHOTS and frame.f_code.co_flags & _CO_OPTIMIZED \
-            and type(namespace) is dict and sys.getrefcount(namespace) <= 3:
-        # 3: the frame's own reference, `namespace`, and getrefcount's argument
-        namespace.clear()
-    return items
-
-
-def _items(namespace) -> list:
-    """A snapshot of a namespace's items; [] when it cannot be read (a proxy, no __dict__)."""
-    try:
-        return list(namespace().items())
-    except Exception:
-        return []
-
-
-def _usable(name: str) -> bool:
-    return isinstance(name, str) and name.isidentifier() and name not in _GENERIC_NAMES \
-        and not name.startswith("__") and len(name) <= 64
+def _succeeds(loader, previous, naming) -> bool:
+    """`loader` continues the source of `previous`, a loader named at the same place that is
+    still alive, when it was made after `previous`'s latest epoch began and `previous` has no
+    iterator now: the program makes one loader after another there and keeps the old ones.
+    accelerate 1.x keeps every loader it prepares (`Accelerator._dataloaders`), and Hugging
+    Face's Trainer prepares an eval loader per evaluation: one source, not one per evaluation.
+    Loaders made together (a list of them, iterated in turn) stay sources of their own."""
+    made = naming.made_at(loader)
+    began = _epoch_began.get(previous)
+    return made is not None and began is not None and made > began and previous.iterator is None
 
 
 def _warn(message: str) -> None:

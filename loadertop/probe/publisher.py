@@ -38,7 +38,7 @@ import threading
 import time
 import weakref
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from loadertop import discovery, endpoints, environment, wire
 from loadertop.probe import torch_internals
@@ -54,6 +54,15 @@ from loadertop.probe.cadence import (
 from loadertop.probe.inbox import WorkerInbox
 from loadertop.probe.record import LoaderRecord
 from loadertop.probe.resources import RESOURCE_S, USS_CPU_SHARE_RECORDED, ResourceSampler
+
+
+class Reader(Protocol):
+    """What `Publisher.add_reader` takes: called on the publisher thread only."""
+
+    def add(self, frame: bytes) -> None: ...  # a frame as sent (wire.encode's bytes)
+
+    def refresh(self) -> None: ...
+
 
 if TYPE_CHECKING:
     from types import FrameType, ModuleType
@@ -196,6 +205,9 @@ class Publisher:
         # The black box (probe/blackbox.py): this process's own recording, started with the thread.
         self.how = how or ("run" if environment.run_hook_enabled() else "instrument")
         self.blackbox: BlackBox | None = None
+        # An in-process reader of what is published (`loadertop.metrics()`: the integrations'
+        # viewer, docs/contract.md §11), set once by `add_reader`; it counts as a viewer.
+        self.reader: Reader | None = None
 
     # ------------------------------------------------------------ training thread side
     def unique_name(self, name: str | None) -> str:
@@ -487,7 +499,8 @@ class Publisher:
                 continue  # woken early (a timeout rounded), or by an unsubscription
             with self._records_lock:
                 records = list(self.records)
-            watched = self.subscriptions > 0
+            reader = self.reader
+            watched = self.subscriptions > 0 or reader is not None
             # The black box takes, with no viewer, what the findings need (worker liveness, CPU,
             # RSS, USS at its CPU share, hang stacks), and the machine's figures every
             # BLACKBOX_SYSTEM_S; queue samples stay a viewer's (no finding rests on them).
@@ -546,6 +559,11 @@ class Publisher:
                 for record in records:
                     self._send(zmq, pub, record.report(now_ns, sent_at, probe_cpu,
                                                        watched or recording))
+            if slow_due and reader is not None:
+                try:
+                    reader.refresh()
+                except Exception as exc:
+                    self._drop_reader(exc)
 
     def _send(self, zmq: ModuleType, pub: Socket, msg: wire.Message) -> None:
         frame = wire.encode(msg)
@@ -556,6 +574,26 @@ class Publisher:
         box = self.blackbox
         if box is not None:
             box.add(frame, msg)  # a deque append: the black box's thread writes it
+        reader = self.reader
+        if reader is not None:
+            try:
+                reader.add(frame)
+            except Exception as exc:  # the reader's failure is its own: publishing goes on
+                self._drop_reader(exc)
+
+    def add_reader(self, reader: Reader) -> bool:
+        """Hand `reader` every frame published from now on, and call its `refresh()` every
+        SLOW_S (a viewer's default refresh), on this thread; meanwhile the thread samples what a
+        viewer gets (queues, the machine). False if one is set, or the thread is not running."""
+        if self.reader is not None or self.failed or self._thread is None:
+            return False
+        self.reader = reader
+        self._send_now = True  # its first figures at the next wake-up, not in <= REPORT_S
+        return True
+
+    def _drop_reader(self, exc: Exception) -> None:
+        self.reader = None
+        warn_once(f"loadertop.metrics() stopped: {exc!r}")
 
     def _read_subscriptions(self, zmq: ModuleType, pub: Socket) -> None:
         while True:

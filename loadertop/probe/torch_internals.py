@@ -180,6 +180,31 @@ def settings_key(loader: Any) -> tuple[Any, ...] | None:
         return None
 
 
+def batch_size(loader: Any) -> int | None:
+    """Samples per batch: the loader's `batch_size`, else its batch sampler's. A DataLoader made
+    with `batch_sampler=` has `batch_size` None (torch 2.13): Hugging Face's Trainer gets its
+    loaders from accelerate 1.x, which makes them so, around a `BatchSamplerShard` that keeps the
+    wrapped sampler's `batch_size` and, with `split_batches`, yields `batch_size //
+    num_processes` of it; a sampler wrapping another (accelerate's `SkipBatchSampler` when
+    resuming) is looked through. None when no sampler says (a batch size that varies)."""
+    size = getattr(loader, "batch_size", None)
+    if isinstance(size, int):
+        return size
+    sampler = getattr(loader, "batch_sampler", None)
+    for _ in range(4):
+        if sampler is None:
+            return None
+        size = getattr(sampler, "batch_size", None)
+        if isinstance(size, int) and not isinstance(size, bool) and size > 0:
+            processes = getattr(sampler, "num_processes", 1)
+            if getattr(sampler, "split_batches", False) is True and isinstance(processes, int) \
+                    and processes > 1:
+                return max(1, size // processes)
+            return size
+        sampler = getattr(sampler, "batch_sampler", None)
+    return None
+
+
 def loader_config(loader: Any) -> dict[str, Any]:
     """The loader's settings as reported on the wire (best effort for loader-likes)."""
     num_workers = int(getattr(loader, "num_workers", 0) or 0)
@@ -195,7 +220,7 @@ def loader_config(loader: Any) -> dict[str, Any]:
     prefetch = getattr(loader, "prefetch_factor", None)
     return {
         "num_workers": num_workers,
-        "batch_size": getattr(loader, "batch_size", None),
+        "batch_size": batch_size(loader),
         "prefetch_factor": (prefetch if prefetch is not None else 2) if num_workers else None,
         "pin_memory": bool(getattr(loader, "pin_memory", False)),
         "persistent_workers": bool(getattr(loader, "persistent_workers", False)),

@@ -42,6 +42,7 @@ from loadertop.views.palette import SeverityStyle as SeverityStyle
 from loadertop.views.palette import category_style as category_style
 from loadertop.views.palette import pending_words as pending_words
 from loadertop.views.palette import severity_style as severity_style
+from loadertop.views.palette import source_title as source_title
 
 # --------------------------------------------------------------------------- colours
 
@@ -252,11 +253,6 @@ def categories_help() -> str:
 
 
 # --------------------------------------------------------------------------- naming sources
-
-def source_title(name: str, rank: int | None) -> str:
-    """"train", or "train r1" for rank 1 of a distributed run."""
-    return (name or "?") + (f" r{rank}" if rank is not None else "")
-
 
 def source_labels(sources: Sequence[Any]) -> list[str]:
     """Each source's title, with host:pid added where two share one (two processes both calling

@@ -36,6 +36,11 @@ CATEGORY_STYLES: dict[Category, CategoryStyle] = {
 NO_DIAGNOSIS = CategoryStyle("No diagnosis yet", DIM, "none")
 
 
+def source_title(name: str, rank: int | None) -> str:
+    """"train", or "train r1" for rank 1 of a distributed run."""
+    return (name or "?") + (f" r{rank}" if rank is not None else "")
+
+
 def category_style(category: str | None) -> CategoryStyle:
     if category is None:
         return NO_DIAGNOSIS

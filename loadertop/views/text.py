@@ -34,6 +34,7 @@ from loadertop.client.units import (
     fmt_per_s,
     fmt_rate,
 )
+from loadertop.views.palette import category_style, source_title
 
 # --------------------------------------------------------------------------- where the time goes
 
@@ -273,6 +274,27 @@ def render_text(doc: Document) -> str:
         lines.append(f"dropped {bad} invalid message(s) ({viewer.wrong_version} of another schema "
                      "version)")
     return "\n".join(lines) + "\n"
+
+
+#: Evidence items the banner's text gives (the TUI's wide banner: tui/widgets/banner.py).
+BANNER_EVIDENCE = 3
+
+
+def banner_text(doc: Document) -> str:
+    """The banner's words as plain text, as the TUI's banner shows them: the category in
+    capitals, the source it is about and the summary; the deciding evidence; the first advice
+    (`loadertop.verdict()`, the integrations' text: docs/contract.md §11)."""
+    verdict = doc.diagnosis
+    head = category_style(verdict.category).words.upper()
+    about = next((s for s in doc.sources if s.id == verdict.source), None)
+    if about is not None:
+        head += f"  [{source_title(about.name, about.rank)}]"
+    lines = [f"{head}  {verdict.summary}"]
+    if verdict.evidence:
+        lines.append("evidence " + "; ".join(verdict.evidence[:BANNER_EVIDENCE]))
+    if verdict.advice:
+        lines.append(f"→ {verdict.advice[0]}")
+    return "\n".join(lines)
 
 
 def _verdict_line(verdict: Verdict | OverallVerdict, source: str | None = None) -> str:
