@@ -34,7 +34,7 @@ from loadertop.client.units import (
     fmt_per_s,
     fmt_rate,
 )
-from loadertop.views.palette import category_style, source_title
+from loadertop.views.palette import category_style, pending_words, source_title
 
 # --------------------------------------------------------------------------- where the time goes
 
@@ -286,6 +286,8 @@ def banner_text(doc: Document) -> str:
     (`loadertop.verdict()`, the integrations' text: docs/contract.md §11)."""
     verdict = doc.diagnosis
     head = category_style(verdict.category).words.upper()
+    if verdict.pending is not None:  # a change the hysteresis holds back, as the TUI's banner says it
+        head += f" · {pending_words(verdict.pending, verdict.category)}"
     about = next((s for s in doc.sources if s.id == verdict.source), None)
     if about is not None:
         head += f"  [{source_title(about.name, about.rank)}]"

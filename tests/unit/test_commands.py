@@ -13,7 +13,7 @@ import pytest
 from loadertop.commands import demo, run
 from loadertop.examples import demo_train
 from loadertop.examples.demo_train import PHASES, phase_command_line
-from loadertop.views.text import render_text
+from loadertop.views.text import banner_text, render_text
 
 import fakes
 
@@ -196,6 +196,16 @@ def test_report_says_a_held_verdict_with_todays_figures_and_the_change_it_holds_
                       "step is the limit")
     assert top[1] == "  evidence: wait fraction 21 % (threshold 10 %)"
     assert any(line.endswith("waiting 21 % of the time") for line in _after(lines, "train ·"))
+
+
+def test_the_banner_text_of_a_held_verdict_says_the_change_it_holds_back():
+    """`loadertop.verdict()` is the banner's text: with the hysteresis holding compute_bound, the
+    TUI's words for the pending change, and today's wait fraction in the summary."""
+    head, evidence, advice = banner_text(fakes.held_verdict_doc()).splitlines()
+    assert head == ("HEALTHY: COMPUTE-BOUND · changing to input-bound?  [train]  the loader keeps up "
+                    "(the loop waits 21 %): the training step is the limit")
+    assert evidence.startswith("evidence wait fraction 21 % (threshold 10 %)")
+    assert advice.startswith("→ ")
 
 
 def test_report_time_without_workers_and_when_idle():
