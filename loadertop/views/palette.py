@@ -4,7 +4,7 @@ verdict has the same words and colour in both.
 
 Pure and imported by the report without Textual: the `tui` package imports Textual, so
 these tables cannot live in a module under it. Colours are Rich style strings (ANSI names or hex);
-the report maps them to colours readable on paper.
+`paper_colour` maps them to colours readable on a page (the HTML report, the notebook's panel).
 """
 
 from __future__ import annotations
@@ -41,6 +41,24 @@ def category_style(category: str | None) -> CategoryStyle:
         return NO_DIAGNOSIS
     found = CATEGORY_STYLES.get(category)  # type: ignore[call-overload]
     return found or CategoryStyle(category.replace("_", " "), DIM, "none")
+
+
+# --------------------------------------------------------------------------- on a page
+
+#: The terminal colour names as shades readable on a page, white or dark (the HTML report's plots
+#: and the notebook's panel); hex colours pass as they are.
+PAPER_COLOURS = {"green": "#2e9d4a", "yellow": "#e3b505", "red": "#d43b35", "cyan": "#1f9eb5"}
+
+
+def paper_colour(rich: str) -> str:
+    """A Rich style colour of the TUI ("bold red", "#ff8700") as a colour for a page."""
+    colour = rich.split()[-1] if rich else DIM
+    return PAPER_COLOURS.get(colour, colour if colour.startswith("#") else DIM)
+
+
+def category_colour(category: str | None) -> str:
+    """A diagnosis category's colour on a page (None: not diagnosed yet)."""
+    return paper_colour(category_style(category).colour)
 
 
 # --------------------------------------------------------------------------- findings

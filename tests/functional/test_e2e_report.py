@@ -12,6 +12,7 @@ import subprocess
 import pytest
 
 from loadertop.recording import plots
+from loadertop.views import palette
 from loadertop.views.palette import CATEGORY_STYLES
 
 from conftest import REPO, WorkloadPool, clean_env, loadertop_cmd, short_tmpdir
@@ -97,6 +98,6 @@ def test_chromium_draws_the_plots(report, tmp_path):
     assert counts.get(rgb(plots.LINE), 0) > 500, "no plot line drawn"
     assert counts.get(rgb(plots.SERIES_COLOURS[1]), 0) > 100, "no line for worker 1"
     # The verdict band: a strip of solid colour the width of the plot, in a category's colour.
-    categories = {rgb(plots.category_colour(c)) for c in CATEGORY_STYLES}
+    categories = {rgb(palette.category_colour(c)) for c in CATEGORY_STYLES}
     band = max(counts.get(c, 0) for c in categories)
     assert band > 5000, f"no verdict band (largest category-coloured area {band} px)"
