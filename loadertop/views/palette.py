@@ -61,6 +61,34 @@ def category_colour(category: str | None) -> str:
     return paper_colour(category_style(category).colour)
 
 
+#: Source states (docs/contract.md §3) → colour of the state word; "crashed" is a finished source whose
+#: loop ended with an exception, "died" a gone one whose process died without a goodbye
+#: (`views.text.shown_state`).
+STATE_COLOURS: dict[str, str] = {"running": OK, "waiting": WARN, "stalled": f"bold {BAD}",
+                                 "gone": BAD, "crashed": f"bold {BAD}",
+                                 "died": f"bold {BAD}"}
+
+
+# --------------------------------------------------------------------------- where the time goes
+
+
+class StagePart(NamedTuple):
+    glyph: str  # the bar's cells (told apart without colour too: --no-color, NO_COLOR)
+    colour: str
+
+
+#: The parts of the "where the time goes" bar (the TUI's loader panel, the notebook's panel), each
+#: in the colour of the verdict it points to when it dominates: the loop's own step
+#: (compute-bound), waiting while the batch is produced (input-bound), the handoff after
+#: (main-process-bound); `wait` is the whole wait when the probe could not split it.
+STAGE_PARTS: dict[str, StagePart] = {
+    "step": StagePart("█", CATEGORY_STYLES[diagnosis.COMPUTE_BOUND].colour),
+    "producing": StagePart("▓", CATEGORY_STYLES[diagnosis.INPUT_BOUND_CPU].colour),
+    "handoff": StagePart("▒", CATEGORY_STYLES[diagnosis.MAIN_PROCESS_BOUND].colour),
+    "wait": StagePart("▓", CATEGORY_STYLES[diagnosis.INPUT_BOUND_CPU].colour),
+}
+
+
 # --------------------------------------------------------------------------- findings
 
 
