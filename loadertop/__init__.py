@@ -1,14 +1,15 @@
 """loadertop: `top` for PyTorch input pipelines.
 
-`loadertop.instrument(loader)` is the whole in-process API. Importing this package never imports
-torch (the viewer side must start instantly); the probe is loaded on first use.
+`loadertop.instrument(loader)` is the in-process API; in a notebook, `%load_ext loadertop` and
+`loadertop.show()` (docs/notebook.md). Importing this package never imports torch (the viewer side
+must start instantly) nor IPython; the probe is loaded on first use.
 """
 
 from typing import Any
 
 from loadertop._version import __version__
 
-__all__ = ["instrument", "__version__"]
+__all__ = ["instrument", "show", "__version__"]
 
 
 def instrument(loader: Any, *, name: str | None = None, endpoint: str | None = None,
@@ -40,3 +41,20 @@ def _first_instrument(loader: Any, name: str | None, endpoint: str | None,
 
     _instrument = instrument
     return instrument(loader, name=name, endpoint=endpoint, autotune=autotune)
+
+
+def show() -> None:
+    """In a notebook: draw the live panel of this kernel's loaders in the cell's output — the
+    verdict, each loader's rate, wait, stages, queue and workers, and the findings — refreshed
+    every second from a thread of its own while this cell or a later one trains
+    (docs/notebook.md). A later `show()` takes over from this one."""
+    from loadertop.integrations import notebook
+
+    notebook.show()
+
+
+def load_ipython_extension(ipython: Any) -> None:
+    """`%load_ext loadertop`: the `%loadertop on|off|show` magic (docs/notebook.md)."""
+    from loadertop.integrations import notebook
+
+    notebook.load(ipython)

@@ -14,8 +14,9 @@ is a sample tick); queues are sampled in proportion to the batch rate; the worke
 read in bulk before each report instead of waking the thread once per batch; and the only
 wake-up off the grid is a viewer subscribing.
 
-Queue samples are taken only while a viewer is subscribed, and the machine's figures every
-SLOW_S only then: they go into reports nobody else reads. A report covers REPORT_S, and the
+Queue samples are taken only while a viewer is subscribed (a socket, or an in-process reader's
+tap: probe/taps.py), and the machine's figures every SLOW_S only then: they go into reports
+nobody else reads. A report covers REPORT_S, and the
 viewer's window 3 s, so from its first refresh on a new viewer sees the same figures as if they had
 been taken all along. The black box (probe/blackbox.py, docs/contract.md §9) is the exception: it
 records every report, so with it on the thread takes, with no viewer, what the findings need
@@ -41,7 +42,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from loadertop import discovery, endpoints, environment, wire
-from loadertop.probe import torch_internals
+from loadertop.probe import taps, torch_internals
 from loadertop.probe.cadence import (
     CONTESTED_READY_SHARE,
     REPORT_S,
@@ -487,7 +488,8 @@ class Publisher:
                 continue  # woken early (a timeout rounded), or by an unsubscription
             with self._records_lock:
                 records = list(self.records)
-            watched = self.subscriptions > 0
+            # An in-process reader (the notebook's panel: probe/taps.py) watches as a socket does.
+            watched = self.subscriptions > 0 or taps.watching()
             # The black box takes, with no viewer, what the findings need (worker liveness, CPU,
             # RSS, USS at its CPU share, hang stacks), and the machine's figures every
             # BLACKBOX_SYSTEM_S; queue samples stay a viewer's (no finding rests on them).
@@ -556,6 +558,7 @@ class Publisher:
         box = self.blackbox
         if box is not None:
             box.add(frame, msg)  # a deque append: the black box's thread writes it
+        taps.deliver(msg, self.endpoint)  # in-process readers, if any: deque appends too
 
     def _read_subscriptions(self, zmq: ModuleType, pub: Socket) -> None:
         while True:
