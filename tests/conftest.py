@@ -609,6 +609,19 @@ def source_of(doc: dict, pid: int) -> dict:
     return matches[0]
 
 
+# --------------------------------------------------------------------------- a browser
+#: Headless Chromium (Debian's `chromium`; `.ci/run` installs it) for the pages loadertop makes:
+#: `--proxy-server` to a closed port and no bypass, so whatever a page asked for could not leave.
+CHROMIUM_FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars", "--no-first-run",
+                  "--no-default-browser-check", "--disable-extensions", "--disable-sync",
+                  "--disable-background-networking", "--disable-component-update",
+                  "--proxy-server=127.0.0.1:9", "--proxy-bypass-list=<-loopback>")
+
+
+def chromium() -> str | None:
+    return shutil.which("chromium") or shutil.which("chromium-browser")
+
+
 # --------------------------------------------------------------------------- §3 document shape
 def typed_document(doc: dict) -> Document:
     """The document decoded strictly into `loadertop.client.document.Document`: every key of the

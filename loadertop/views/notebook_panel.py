@@ -255,8 +255,9 @@ def _time_bar(src: Source) -> str:
         f'<div style="width: {share * 100:.2f}%; background: {paper_colour(STAGE_PARTS[key].colour)}" '
         f'title="{_e(words)} {_e(fmt_frac_pct(share))}"></div>'
         for key, words, share in parts if share > 0)
-    bar = (f'<div style="display: flex; width: 100%; max-width: 460px; height: 10px; margin: 3px 0; '
-           f'border: 1px solid {RULE}; border-radius: 2px; overflow: hidden">{segments}</div>')
+    bar = (f'<div style="display: flex; box-sizing: border-box; width: 100%; max-width: 460px; '
+           f'height: 10px; margin: 3px 0; border: 1px solid {RULE}; border-radius: 2px; '
+           f'overflow: hidden">{segments}</div>')
     legend = " · ".join(
         f"{_chip(paper_colour(STAGE_PARTS[key].colour))}{_e(words)} <b>{_e(fmt_frac_pct(share))}</b>"
         for key, words, share in parts)
