@@ -137,7 +137,7 @@ def _banner(doc: Document) -> str:
         return (f'<div style="border-left: 6px solid {colour}; background: {_tint(colour)}; '
                 f'padding: 6px 10px; margin: 0 0 8px; border-radius: 3px">'
                 f"<b>WAITING FOR A LOADER</b> "
-                + _muted("— no instrumented DataLoader has reported in this process yet: "
+                + _muted("— no instrumented DataLoader has reported in this kernel yet: "
                          "<code>%loadertop on</code>, then iterate one (or wrap it in "
                          "<code>loadertop.instrument</code>)")
                 + "</div>")

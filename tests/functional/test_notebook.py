@@ -17,17 +17,16 @@ import importlib.util
 import json
 import re
 import shutil
-import sys
 import threading
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import psutil
 import pytest
 
 from conftest import START_TIMEOUT_S, SnapshotRun, clean_env, short_tmpdir, wait_for
+from notebook_kernel import kernel_manager
 from recorded import needed
 
 pytestmark = pytest.mark.slow
@@ -70,8 +69,10 @@ import json, os
 from loadertop import inprocess
 from loadertop.integrations import notebook
 names = [s.name for s in inprocess.shared_view().document().sources]
+original = DataLoader.__dict__["__iter__"]._loadertop_original  # torch's, under one wrapper
 print(json.dumps({"pid": os.getpid(), "workers": [w.pid for w in train_loader._iterator._workers],
-                  "sources": names, "updates": notebook.live_panel().updates}))
+                  "sources": names, "updates": notebook.live_panel().updates,
+                  "patched_once": not hasattr(original, "_loadertop_original")}))
 """
 OFF = """\
 %loadertop off
@@ -97,21 +98,6 @@ class Run:
     usage_error: str = ""
     wall_s: float = 0.0
     phases: dict[str, float] = field(default_factory=dict)
-
-
-def _kernel_manager(spec_dir: Path, env: dict):
-    """A kernel of this very Python: the `python3` spec an ipykernel wheel installs runs `python`
-    from PATH, which need not be this one."""
-    from jupyter_client.kernelspec import KernelSpecManager
-    from jupyter_client.manager import KernelManager
-
-    kernel = spec_dir / "loadertop-test"
-    kernel.mkdir(parents=True)
-    (kernel / "kernel.json").write_text(json.dumps({
-        "argv": [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
-        "display_name": "loadertop test", "language": "python"}))
-    specs = KernelSpecManager(kernel_dirs=[str(spec_dir)], ensure_native_kernel=False)
-    return KernelManager(kernel_name="loadertop-test", kernel_spec_manager=specs)
 
 
 def _stdout(cell) -> str:
@@ -149,7 +135,7 @@ def run():
     nb = new_notebook(cells=list(cells.values()))
     index = {name: i for i, name in enumerate(cells)}
     env = clean_env(directory)
-    client = NotebookClient(nb, km=_kernel_manager(work / "kernels", env), timeout=180,
+    client = NotebookClient(nb, km=kernel_manager(work / "kernels"), timeout=180,
                             shutdown_kernel="immediate", resources={"metadata": {"path": str(work)}})
     phases: dict[str, float] = {}
 
@@ -166,6 +152,7 @@ def run():
         with client.setup_kernel(env=env, cleanup_kc=True):
             phases["kernel start"] = time.monotonic() - started
             execute("setup")
+            execute("setup")  # again: the extension is loaded once, the class patched once
             execute("loader")
             execute("show")
             panel_at_show = copy.deepcopy(nb.cells[index["show"]].outputs[0])
@@ -263,6 +250,7 @@ def test_rerunning_the_loader_cell_leaves_one_source_and_only_its_workers(run):
         assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
     for state in run.reruns:
         assert state["sources"] == ["train_loader"], state
+        assert state["patched_once"]
     names = [s["name"] for s in run.snapshot_after_reruns["sources"] if s["pid"] == last["pid"]]
     assert names == ["train_loader"]
 
