@@ -6,6 +6,7 @@ display messages are captured. The panel in a real kernel: tests/functional/test
 from __future__ import annotations
 
 import html
+import importlib.util
 import os
 import threading
 import time
@@ -19,8 +20,31 @@ from loadertop.probe import taps
 
 from conftest import wait_for
 from fakes import MACHINE_S, REPORT_S, T0, LoaderSim, MachineSim
+from recorded import needed
 
-IPython = pytest.importorskip("IPython")  # the test extra installs it (with ipykernel)
+
+@pytest.fixture
+def shell():
+    """IPython's own shell (not a kernel; the test extra installs IPython, with ipykernel), with
+    no history (its thread and file), and this process as it was afterwards: the shell puts its
+    own `__main__` in sys.modules and names in builtins, and stays IPython's current one."""
+    needed(importlib.util.find_spec("IPython"), "no IPython (pip install -e '.[test]')")
+    import builtins
+    import sys
+
+    from IPython.core.interactiveshell import InteractiveShell
+    from traitlets.config import Config
+
+    main, names = sys.modules["__main__"], set(vars(builtins))
+    config = Config()
+    config.HistoryManager.enabled = False
+    try:
+        yield InteractiveShell.instance(config=config)
+    finally:
+        InteractiveShell.clear_instance()
+        sys.modules["__main__"] = main
+        for name in set(vars(builtins)) - names:
+            delattr(builtins, name)
 
 
 def _messages(start: float, end: float, loader: LoaderSim | None = None):
@@ -33,6 +57,17 @@ def _messages(start: float, end: float, loader: LoaderSim | None = None):
         yield t, loader.report(t, end), loader.endpoint
         if k % round(MACHINE_S / REPORT_S) == 0:
             yield t, machine.report(t), loader.endpoint
+
+
+def test_importing_loadertop_and_the_view_imports_no_ipython_torch_or_zmq():
+    import subprocess
+    import sys
+
+    code = ("import sys, loadertop, loadertop.inprocess\n"
+            "print(sorted({m.split('.')[0] for m in sys.modules} & {'IPython', 'torch', 'zmq'}))\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+                         check=True).stdout.strip()
+    assert out == "[]"
 
 
 def test_a_tap_receives_every_message_in_order_and_keeps_the_newest_when_its_reader_lags():
@@ -90,13 +125,6 @@ def test_the_view_computes_what_a_viewer_computes_and_advances_once_a_refresh():
 
 
 # --------------------------------------------------------------------------- the panel
-
-
-@pytest.fixture
-def shell():
-    from IPython.core.interactiveshell import InteractiveShell
-
-    return InteractiveShell.instance()
 
 
 @pytest.fixture
