@@ -2,8 +2,9 @@
 
 `loadertop.instrument(loader)` instruments a loader; `loadertop.metrics()` and
 `loadertop.verdict()` read its figures in the training process (for a tracker: W&B, TensorBoard,
-MLflow). Importing this package never imports torch (the viewer side must start instantly); the
-probe is loaded on first use.
+MLflow); in a notebook, `%load_ext loadertop` and `loadertop.show()` (docs/notebook.md). Importing
+this package never imports torch (the viewer side must start instantly) nor IPython; the probe is
+loaded on first use.
 """
 
 from collections.abc import Callable
@@ -11,7 +12,7 @@ from typing import Any
 
 from loadertop._version import __version__
 
-__all__ = ["instrument", "metrics", "verdict", "__version__"]
+__all__ = ["instrument", "metrics", "verdict", "show", "__version__"]
 
 
 def instrument(loader: Any, *, name: str | None = None, endpoint: str | None = None,
@@ -93,3 +94,20 @@ def _import_metrics() -> Any:
     import importlib
 
     return importlib.import_module("loadertop.integrations.metrics")
+
+
+def show() -> None:
+    """In a notebook: draw the live panel of this kernel's loaders in the cell's output — the
+    verdict, each loader's rate, wait, stages, queue and workers, and the findings — refreshed
+    every second from a thread of its own while this cell or a later one trains
+    (docs/notebook.md). A later `show()` takes over from this one."""
+    from loadertop.integrations import notebook
+
+    notebook.show()
+
+
+def load_ipython_extension(ipython: Any) -> None:
+    """`%load_ext loadertop`: the `%loadertop on|off|show` magic (docs/notebook.md)."""
+    from loadertop.integrations import notebook
+
+    notebook.load(ipython)

@@ -7,6 +7,8 @@ decoded by `wire.decode` as a subscriber decodes them) and asks, once a second (
 refresh), to build its document: its sources' flat figures (`client.tracker_keys`) and the
 banner's text (`views.text.banner_text`) are kept as one tuple, replaced whole. A call reads that
 tuple: no lock, no socket, nothing on the per-batch path; what it costs is a copy of the dict.
+The document itself is kept too (`InProcessViewer.document`): the notebook's panel draws it
+(integrations/notebook.py), one viewer for every in-process reader.
 
 While the viewer is there the publisher thread samples what a subscribed viewer gets (the
 queues, the machine): its cost is a viewer's (docs/performance.md). Its figures come from the
@@ -55,6 +57,7 @@ class InProcessViewer:
     def __init__(self, window_s: float = WINDOW_S) -> None:
         self.model = Model(window_s=window_s)
         self.latest: tuple[dict[str, float], str] = ({}, "")
+        self.document: Document | None = None  # the latest refresh's, whole (the notebook's panel)
         self.refreshes = 0
 
     def add(self, frame: bytes) -> None:
@@ -66,15 +69,16 @@ class InProcessViewer:
         try:
             self.model.ingest(msg, time.time())
         except Exception:
-            self.latest = ({}, "")  # the publisher drops this reader: nothing stale stays
-            raise
+            self.latest, self.document = ({}, ""), None  # the publisher drops this reader: nothing
+            raise  # stale stays
 
     def refresh(self) -> None:
         try:
             doc = self.model.advance(time.time())
             self.latest = (flat_metrics(doc), banner_text(doc) if doc.sources else "")
+            self.document = doc
         except Exception:
-            self.latest = ({}, "")
+            self.latest, self.document = ({}, ""), None
             raise
         self.refreshes += 1
 

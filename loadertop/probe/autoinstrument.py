@@ -9,10 +9,15 @@ The patched `__iter__` runs once per epoch, never per batch. It leaves alone:
 - iteration from inside `loadertop.instrument`'s proxy (`loader._inside.active` is set there), so
   a program that instruments its own loaders is measured once;
 - DataLoader worker processes (`get_worker_info()` is set there): a worker never publishes;
-- everything, when LOADERTOP_DISABLE=1.
+- everything, when LOADERTOP_DISABLE=1;
+- a loader not measured yet, after `%loadertop off` in a notebook (`instrument_new_loaders`).
 Otherwise it gets or creates the loader's `LoaderRecord` and returns the same wrapped iterator
 `instrument()` would, built from the *original* `__iter__` (a subclass's own `__iter__` body runs
 once, not twice).
+
+The notebook extension (`%loadertop on`, integrations/notebook.py) installs this same patch in the
+kernel, and asks for one more thing (`continue_sources_by_name`): a loader named as a dead one
+continues its source wherever it is iterated, since a notebook's cells rebind its variables.
 """
 
 from __future__ import annotations
@@ -39,6 +44,13 @@ _by_call_site: dict[tuple, object] = {}
 # record -> perf_counter_ns() of its latest epoch's start (see _succeeds)
 _epoch_began: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 _probe = None  # loadertop.probe.loader, imported at the first iteration (never at torch import)
+# `%loadertop off` in a notebook (integrations/notebook.py): a loader not measured yet is left
+# alone from then on; the ones measured already still are.
+_new_loaders = True
+# In a notebook, a loader takes over the source of a dead loader of the same name wherever it is
+# iterated: a cell that rebinds `train_loader` and a training cell edited since (a new call site)
+# stay one source (see _find_or_create).
+_by_name = False
 
 
 # ---------------------------------------------------------------------------- installing
@@ -245,6 +257,21 @@ def unpatch(module) -> None:
         cls.__init_subclass__ = own  # type: ignore[method-assign]
 
 
+def instrument_new_loaders(enabled: bool) -> None:
+    """Whether a loader not measured yet is instrumented at its next iter() (`%loadertop on`,
+    `%loadertop off`); the loaders measured already go on being measured either way."""
+    global _new_loaders
+    _new_loaders = bool(enabled)
+
+
+def continue_sources_by_name(enabled: bool) -> None:
+    """Whether a new loader named as a dead one continues its source wherever it is iterated, as
+    `loadertop.instrument(name=...)` does (docs/contract.md §1), and not only at the dead one's
+    call site: a notebook's loaders are its global variables, which cells rebind."""
+    global _by_name
+    _by_name = bool(enabled)
+
+
 def apply_rank_port(environ=os.environ) -> None:
     """`run --listen tcp://H:P` over torchrun: every local rank would bind the same port, so
     rank N listens on P+N (LOCAL_RANK; `endpoints.rank_endpoint`). Idempotent in the rank's own
@@ -271,6 +298,8 @@ def apply_rank_port(environ=os.environ) -> None:
 
 # ---------------------------------------------------------------------------- iterating
 def _instrumented(loader, original):
+    if _probe is None and not _new_loaders:
+        return original(loader)  # `%loadertop off` before any loader was measured
     probe = _probe or _start_probe()
     if probe is None or getattr(probe._inside, "active", False):
         return original(loader)  # loadertop.instrument's proxy is iterating: it measures
@@ -280,6 +309,8 @@ def _instrumented(loader, original):
         return original(loader)
     pid = os.getpid()
     if entry is None or (entry is not _SKIP and entry[0] != pid):  # new, or inherited over fork
+        if not _new_loaders:
+            return original(loader)  # `%loadertop off`: not registered, so `on` measures it
         entry = _register(loader, probe, sys._getframe(2))
     if entry is _SKIP:
         return original(loader)
@@ -364,7 +395,9 @@ def _find_or_create(loader, probe, frame):
             previous._loader_ref = weakref.ref(loader)
             publisher.ensure_registered(previous)
             return (pid, previous, publisher.worker_endpoint)
-    record = publisher.register(loader, publisher.unique_name(name))
+    record = publisher.reuse_named(loader, name) if _by_name and name is not None else None
+    if record is None:
+        record = publisher.register(loader, publisher.unique_name(name))
     if key is not None:
         _by_call_site[key] = record
     return (pid, record, publisher.worker_endpoint)

@@ -14,7 +14,8 @@ is a sample tick); queues are sampled in proportion to the batch rate; the worke
 read in bulk before each report instead of waking the thread once per batch; and the only
 wake-up off the grid is a viewer subscribing.
 
-Queue samples are taken only while a viewer is subscribed, and the machine's figures every
+Queue samples are taken only while a viewer is subscribed (a socket, or the in-process reader of
+`loadertop.metrics()` and the notebook's panel: `add_reader`), and the machine's figures every
 SLOW_S only then: they go into reports nobody else reads. A report covers REPORT_S, and the
 viewer's window 3 s, so from its first refresh on a new viewer sees the same figures as if they had
 been taken all along. The black box (probe/blackbox.py, docs/contract.md §9) is the exception: it
@@ -205,8 +206,9 @@ class Publisher:
         # The black box (probe/blackbox.py): this process's own recording, started with the thread.
         self.how = how or ("run" if environment.run_hook_enabled() else "instrument")
         self.blackbox: BlackBox | None = None
-        # An in-process reader of what is published (`loadertop.metrics()`: the integrations'
-        # viewer, docs/contract.md §11), set once by `add_reader`; it counts as a viewer.
+        # An in-process reader of what is published (`loadertop.metrics()` and the notebook's
+        # panel: the integrations' viewer, docs/contract.md §11-12), set once by `add_reader`;
+        # it counts as a viewer.
         self.reader: Reader | None = None
 
     # ------------------------------------------------------------ training thread side

@@ -7,8 +7,9 @@ Text is drawn as paths (`svg.fonttype: path`): the page looks the same on a mach
 matplotlib's fonts. No text of the recording goes into a plot (a GPU's name, a loader's: the page
 says them around the plots, escaped), only numbers and the report's own words.
 
-Colours: each diagnosis category in its colour on the TUI (`viewer.palette`), mapped from the
-terminal's colour names to shades readable on paper; the categories that share a colour there
+Colours: each diagnosis category in its colour on the TUI, mapped from the terminal's colour
+names to shades readable on paper (`views.palette.category_colour`, which the notebook's panel
+shares); the categories that share a colour there
 (the two input-bound ones, the three red ones, the two grey ones) are told apart by a hatch and by
 their words in the legend and in the bands wide enough to hold them.
 """
@@ -23,7 +24,7 @@ from typing import Any
 
 from loadertop import diagnosis
 from loadertop.recording.series import MachineSeries, Series, SourceSeries, Timeline
-from loadertop.views.palette import category_style
+from loadertop.views.palette import category_colour, category_style
 
 
 class PlottingUnavailable(Exception):
@@ -31,9 +32,6 @@ class PlottingUnavailable(Exception):
 
 
 INSTALL_HINT = "the report needs matplotlib: pip install 'loadertop[report]'"
-
-#: The TUI's terminal colour names as shades readable on white paper (hex colours pass as they are).
-PAPER_COLOURS = {"green": "#2e9d4a", "yellow": "#e3b505", "red": "#d43b35", "cyan": "#1f9eb5"}
 
 #: A hatch for each category that shares its TUI colour with another (a purely visual choice).
 CATEGORY_HATCHES = {
@@ -85,16 +83,6 @@ _RC = {
     "text.parse_math": False,  # a "$" in a name is a dollar sign, not math
     "path.simplify": True,
 }
-
-
-def paper_colour(rich: str) -> str:
-    """A Rich style colour of the TUI ("bold red", "#ff8700") as a colour for the page."""
-    colour = rich.split()[-1] if rich else "#9e9e9e"
-    return PAPER_COLOURS.get(colour, colour if colour.startswith("#") else "#9e9e9e")
-
-
-def category_colour(category: str) -> str:
-    return paper_colour(category_style(category).colour)
 
 
 def _matplotlib() -> tuple[Any, Any, Any]:

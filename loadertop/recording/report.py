@@ -20,7 +20,7 @@ from loadertop.recording import plots
 from loadertop.recording.file import Recording
 from loadertop.recording.playback import Playback
 from loadertop.recording.series import SeenFinding, SourceSeries, Timeline, timeline
-from loadertop.views.palette import category_style, severity_style
+from loadertop.views.palette import category_colour, category_style, paper_colour, severity_style
 from loadertop.views.text import finding_stack, render_text
 
 _STYLE = """
@@ -157,7 +157,7 @@ def _size(n: int) -> str:
 def _verdict_summary(timeline: Timeline) -> str:
     verdict = timeline.final.diagnosis
     style = category_style(verdict.category)
-    colour = plots.category_colour(verdict.category)
+    colour = category_colour(verdict.category)
     out = [f'<div class="verdict" {_colour_var(colour)}><b>At the end: {_e(style.words)}</b> '
            f"<code>{_e(verdict.category)}</code> — {_e(verdict.summary)}"]
     if verdict.advice:
@@ -165,7 +165,7 @@ def _verdict_summary(timeline: Timeline) -> str:
     out.append("</div>")
     for src in timeline.sources:
         shares = " · ".join(
-            f'<span class="chip" {_colour_var(plots.category_colour(c))}></span>'
+            f'<span class="chip" {_colour_var(category_colour(c))}></span>'
             f"{_e(category_style(c).words)} {share:.0%}" for c, share in src.category_shares())
         out.append(f"<div><b>{_e(src.name)}</b> over the recording: {shares}</div>")
     counts = _severity_counts(timeline.findings)
@@ -251,7 +251,7 @@ def _findings_section(timeline: Timeline) -> str:
 def _finding(timeline: Timeline, seen: SeenFinding, src: SourceSeries | None) -> str:
     f: Finding = seen.finding
     sev = severity_style(f.severity)
-    colour = plots.paper_colour(sev.colour)
+    colour = paper_colour(sev.colour)
     about = (f" · {_e(src.name if src is not None else f.source)}" if f.source is not None
              else " · the machine")
     if f.worker is not None:

@@ -8,8 +8,9 @@ where it counts as pressure), the freshness and "blocked" marks from `loadertop.
 few purely visual choices (when a bar turns yellow before red, when a silent feed is called
 disconnected) are named constants below, with their reason.
 
-The category and severity tables (words, colours) are `loadertop.views.palette`'s, re-exported
-here: the HTML report shares them and must not import this package (its `__init__` imports Textual).
+The category and severity tables (words, colours), the source states' colours and the parts of
+"where the time goes" are `loadertop.views.palette`'s, re-exported here: the HTML report and the
+notebook's panel share them and must not import this package (its `__init__` imports Textual).
 
 Pure: no Textual. Colours are Rich style strings (ANSI names or hex: Textual converts ANSI through
 its theme, and hex is never a failed colour lookup).
@@ -19,7 +20,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Sequence
-from typing import Any, NamedTuple
+from typing import Any
 
 from loadertop import diagnosis
 from loadertop.client import model
@@ -36,22 +37,18 @@ from loadertop.views.palette import NO_DIAGNOSIS as NO_DIAGNOSIS
 from loadertop.views.palette import OK as OK
 from loadertop.views.palette import ORANGE as ORANGE
 from loadertop.views.palette import SEVERITY_STYLES as SEVERITY_STYLES
+from loadertop.views.palette import STAGE_PARTS as STAGE_PARTS
+from loadertop.views.palette import STATE_COLOURS as STATE_COLOURS
 from loadertop.views.palette import WARN as WARN
 from loadertop.views.palette import CategoryStyle as CategoryStyle
 from loadertop.views.palette import SeverityStyle as SeverityStyle
+from loadertop.views.palette import StagePart as StagePart
 from loadertop.views.palette import category_style as category_style
 from loadertop.views.palette import pending_words as pending_words
 from loadertop.views.palette import severity_style as severity_style
 from loadertop.views.palette import source_title as source_title
 
 # --------------------------------------------------------------------------- colours
-
-#: Source states (docs/contract.md §3) → colour of the state word; "crashed" is a finished source whose
-#: loop ended with an exception, "died" a gone one whose process died without a goodbye
-#: (`report.shown_state`).
-STATE_COLOURS: dict[str, str] = {"running": OK, "waiting": WARN, "stalled": f"bold {BAD}",
-                                 "gone": BAD, "crashed": f"bold {BAD}",
-                                 "died": f"bold {BAD}"}
 
 # --------------------------------------------------------------------------- findings
 
@@ -84,26 +81,6 @@ def worst(findings: Sequence[Finding]) -> Finding | None:
     """The most severe of ``findings`` (the first of them on a tie), or None."""
     ranked = [f for f in findings if f.severity in SEVERITIES]
     return min(ranked, key=lambda f: SEVERITIES.index(f.severity), default=None)
-
-
-# --------------------------------------------------------------------------- where the time goes
-
-
-class StagePart(NamedTuple):
-    glyph: str  # the bar's cells (told apart without colour too: --no-color, NO_COLOR)
-    colour: str
-
-
-#: The parts of the loader panel's "where the time goes" bar, each in the colour of the verdict it
-#: points to when it dominates: the loop's own step (compute-bound), waiting while the batch is
-#: produced (input-bound), the handoff after (main-process-bound); `wait` is the whole wait when
-#: the probe could not split it.
-STAGE_PARTS: dict[str, StagePart] = {
-    "step": StagePart("█", CATEGORY_STYLES[diagnosis.COMPUTE_BOUND].colour),
-    "producing": StagePart("▓", CATEGORY_STYLES[diagnosis.INPUT_BOUND_CPU].colour),
-    "handoff": StagePart("▒", CATEGORY_STYLES[diagnosis.MAIN_PROCESS_BOUND].colour),
-    "wait": StagePart("▓", CATEGORY_STYLES[diagnosis.INPUT_BOUND_CPU].colour),
-}
 
 
 # --------------------------------------------------------------------------- colour bands

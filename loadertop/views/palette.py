@@ -4,7 +4,7 @@ verdict has the same words and colour in both.
 
 Pure and imported by the report without Textual: the `tui` package imports Textual, so
 these tables cannot live in a module under it. Colours are Rich style strings (ANSI names or hex);
-the report maps them to colours readable on paper.
+`paper_colour` maps them to colours readable on a page (the HTML report, the notebook's panel).
 """
 
 from __future__ import annotations
@@ -61,6 +61,52 @@ def pending_words(pending: str, shown: str | None) -> str:
     if words[1:2].islower():
         words = words[0].lower() + words[1:]
     return f"changing to {words}?"
+
+
+# --------------------------------------------------------------------------- on a page
+
+#: The terminal colour names as shades readable on a page, white or dark (the HTML report's plots
+#: and the notebook's panel); hex colours pass as they are.
+PAPER_COLOURS = {"green": "#2e9d4a", "yellow": "#e3b505", "red": "#d43b35", "cyan": "#1f9eb5"}
+
+
+def paper_colour(rich: str) -> str:
+    """A Rich style colour of the TUI ("bold red", "#ff8700") as a colour for a page."""
+    colour = rich.split()[-1] if rich else DIM
+    return PAPER_COLOURS.get(colour, colour if colour.startswith("#") else DIM)
+
+
+def category_colour(category: str | None) -> str:
+    """A diagnosis category's colour on a page (None: not diagnosed yet)."""
+    return paper_colour(category_style(category).colour)
+
+
+#: Source states (docs/contract.md §3) → colour of the state word; "crashed" is a finished source whose
+#: loop ended with an exception, "died" a gone one whose process died without a goodbye
+#: (`views.text.shown_state`).
+STATE_COLOURS: dict[str, str] = {"running": OK, "waiting": WARN, "stalled": f"bold {BAD}",
+                                 "gone": BAD, "crashed": f"bold {BAD}",
+                                 "died": f"bold {BAD}"}
+
+
+# --------------------------------------------------------------------------- where the time goes
+
+
+class StagePart(NamedTuple):
+    glyph: str  # the bar's cells (told apart without colour too: --no-color, NO_COLOR)
+    colour: str
+
+
+#: The parts of the "where the time goes" bar (the TUI's loader panel, the notebook's panel), each
+#: in the colour of the verdict it points to when it dominates: the loop's own step
+#: (compute-bound), waiting while the batch is produced (input-bound), the handoff after
+#: (main-process-bound); `wait` is the whole wait when the probe could not split it.
+STAGE_PARTS: dict[str, StagePart] = {
+    "step": StagePart("█", CATEGORY_STYLES[diagnosis.COMPUTE_BOUND].colour),
+    "producing": StagePart("▓", CATEGORY_STYLES[diagnosis.INPUT_BOUND_CPU].colour),
+    "handoff": StagePart("▒", CATEGORY_STYLES[diagnosis.MAIN_PROCESS_BOUND].colour),
+    "wait": StagePart("▓", CATEGORY_STYLES[diagnosis.INPUT_BOUND_CPU].colour),
+}
 
 
 # --------------------------------------------------------------------------- findings

@@ -12,24 +12,16 @@ import subprocess
 import pytest
 
 from loadertop.recording import plots
+from loadertop.views import palette
 from loadertop.views.palette import CATEGORY_STYLES
 
-from conftest import REPO, WorkloadPool, clean_env, loadertop_cmd, short_tmpdir
+from conftest import CHROMIUM_FLAGS, REPO, WorkloadPool, chromium, clean_env, loadertop_cmd, short_tmpdir
 from recorded import needed
 
 pytestmark = pytest.mark.slow
 
 RECORD_S = 5.0
 WINDOW = (1100, 3000)  # the screenshot: the page's width, tall enough for every plot
-#: `--proxy-server` to a closed port and no bypass: whatever the page asked for could not leave.
-CHROMIUM_FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars", "--no-first-run",
-                  "--no-default-browser-check", "--disable-extensions", "--disable-sync",
-                  "--disable-background-networking", "--disable-component-update",
-                  "--proxy-server=127.0.0.1:9", "--proxy-bypass-list=<-loopback>")
-
-
-def _chromium() -> str | None:
-    return shutil.which("chromium") or shutil.which("chromium-browser")
 
 
 @pytest.fixture(scope="module")
@@ -70,12 +62,12 @@ def test_the_page_of_a_real_job(report):
 
 
 def test_chromium_draws_the_plots(report, tmp_path):
-    chromium = _chromium()
-    needed(chromium, "no Chromium (apt-get install chromium)")
+    browser = chromium()
+    needed(browser, "no Chromium (apt-get install chromium)")
     _job, _recording, page = report
     shot = tmp_path / "report.png"
     done = subprocess.run(
-        [chromium, *CHROMIUM_FLAGS, f"--user-data-dir={tmp_path / 'profile'}",
+        [browser, *CHROMIUM_FLAGS, f"--user-data-dir={tmp_path / 'profile'}",
          f"--window-size={WINDOW[0]},{WINDOW[1]}", f"--screenshot={shot}", page.as_uri()],
         capture_output=True, text=True, timeout=90)
     assert done.returncode == 0 and shot.exists(), done.stderr[-2000:]
@@ -97,6 +89,6 @@ def test_chromium_draws_the_plots(report, tmp_path):
     assert counts.get(rgb(plots.LINE), 0) > 500, "no plot line drawn"
     assert counts.get(rgb(plots.SERIES_COLOURS[1]), 0) > 100, "no line for worker 1"
     # The verdict band: a strip of solid colour the width of the plot, in a category's colour.
-    categories = {rgb(plots.category_colour(c)) for c in CATEGORY_STYLES}
+    categories = {rgb(palette.category_colour(c)) for c in CATEGORY_STYLES}
     band = max(counts.get(c, 0) for c in categories)
     assert band > 5000, f"no verdict band (largest category-coloured area {band} px)"

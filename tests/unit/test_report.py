@@ -19,6 +19,7 @@ from loadertop.recording import plots, series
 from loadertop.recording.file import MAGIC, read
 from loadertop.recording.playback import STEP_S, Playback
 from loadertop.recording.report import html_report
+from loadertop.views import palette
 from loadertop.views.palette import CATEGORY_STYLES
 from loadertop.views.text import render_text
 
@@ -123,10 +124,10 @@ def test_verdict_bands_in_the_tuis_colours_with_their_shares(phases):
     assert shares[diagnosis.INPUT_BOUND_IO] == pytest.approx(20 / 52, abs=0.08)
     loader_svg = _figure(page, "plot-loader-0")
     for category in shares:
-        assert plots.category_colour(category) in _fills(loader_svg), category
+        assert palette.category_colour(category) in _fills(loader_svg), category
         assert html.escape(CATEGORY_STYLES[category].words) in page  # the summary's words
-    assert plots.category_colour(diagnosis.CPU_SATURATED) == plots.category_colour(diagnosis.STALLED)
-    assert plots.category_colour(diagnosis.COMPUTE_BOUND) == plots.PAPER_COLOURS["green"]
+    assert palette.category_colour(diagnosis.CPU_SATURATED) == palette.category_colour(diagnosis.STALLED)
+    assert palette.category_colour(diagnosis.COMPUTE_BOUND) == palette.PAPER_COLOURS["green"]
     # The hatch that tells stalled from the other red verdicts is drawn.
     assert 'id="h' in loader_svg and "<pattern" in loader_svg
 
