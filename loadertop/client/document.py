@@ -37,8 +37,8 @@ Category = Literal["idle", "insufficient_data", "compute_bound", "input_bound_io
                    "stalled"]
 
 #: The findings of docs/contract.md §5 (their rules: `loadertop.findings`) and their severities.
-FindingKind = Literal["worker_hung", "loop_hung", "worker_died", "slow_worker", "copy_on_read",
-                      "memory_growth", "duplicate_rng", "shm_low", "fd_low",
+FindingKind = Literal["worker_hung", "loop_hung", "worker_died", "oom_killed", "slow_worker",
+                      "copy_on_read", "memory_growth", "duplicate_rng", "shm_low", "fd_low",
                       "threads_oversubscribed", "epoch_start_slow"]
 FINDING_KINDS: tuple[FindingKind, ...] = get_args(FindingKind)
 Severity = Literal["critical", "warning", "info"]
@@ -216,13 +216,19 @@ class SettingFigures(_Figures, frozen=True, kw_only=True):
 
 class EndFigures(_Figures, frozen=True, kw_only=True):
     """How the loop ended: `finished` (the process said goodbye, no error), `crashed` (an
-    exception other than StopIteration left next(): `error` is `"Type: message"`) or `died` (the
-    process is gone without a goodbye, e.g. SIGKILL: `error` says how, as far as its black box
-    and its cgroup tell; `at` is its last report)."""
+    exception other than StopIteration left next(): `error` is `"Type: message"`), `stopped` (a
+    signal ended it: SIGTERM, ^C, or a `SystemExit(128 + N)` a signal's handler raised) or
+    `died` (the process is gone without a goodbye, e.g. SIGKILL: `error` says how, as far as its
+    black box and its cgroup tell; `at` is its last report). `ended` is the job's end in the
+    words of `loadertop ls` (docs/contract.md §9: `client.ending`), the same on every screen;
+    `oom_killer` whether a death names the OOM killer (`counted`: its cgroup counted the kill;
+    `likely`: memory was near a limit)."""
 
-    how: Literal["finished", "crashed", "died"]
+    how: Literal["finished", "crashed", "stopped", "died"]
     error: str | None
     at: NonNegative | None  # Unix time
+    ended: str = ""
+    oom_killer: Literal["counted", "likely"] | None = None
 
 
 class RngShareFigures(_Figures, frozen=True, kw_only=True):

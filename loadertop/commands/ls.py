@@ -13,6 +13,7 @@ if TYPE_CHECKING:
     import argparse
 
     from loadertop import statedir
+    from loadertop.client.ending import Ending
     from loadertop.recording.file import Recording
 
 #: The worst finding is judged on the last this-many seconds of a job's recording (what the
@@ -36,13 +37,16 @@ def main(argv: list[str]) -> int:
     return run(parser().parse_args(argv))
 
 
-def worst_finding(recording: Recording | None) -> dict[str, str] | None:
-    """The most severe finding the model names at the recording's end, or None."""
+def worst_finding(recording: Recording | None, ending: tuple[int, Ending] | None = None
+                  ) -> dict[str, str] | None:
+    """The most severe finding the model names at the recording's end (its sources ended as
+    `ending` says their job did: an OOM kill is a finding), or None."""
     if recording is None or not recording.frames:
         return None
     from loadertop.recording.playback import Playback
 
-    doc = Playback(recording, window_s=WORST_FINDING_WINDOW_S).document_at(recording.frames[-1].received_at)
+    playback = Playback(recording, window_s=WORST_FINDING_WINDOW_S, ending=ending)
+    doc = playback.document_at(recording.frames[-1].received_at)
     if not doc.findings:
         return None
     finding = doc.findings[0]  # `findings.ordered`: most severe first
@@ -75,7 +79,7 @@ def describe(job: statedir.Job, now: float) -> dict[str, object]:
         "started_at": round(job.meta.started_at, 3),
         "duration_s": round(max(0.0, end - job.meta.started_at), 1) if end is not None else None,
         "ended": ending.text,
-        "worst_finding": worst_finding(recording),
+        "worst_finding": worst_finding(recording, None if alive else (job.pid, ending)),
         "recording": blackbox.recording_label(job) if job.recordings else None,
     }
 

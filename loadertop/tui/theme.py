@@ -45,11 +45,15 @@ from loadertop.views.palette import severity_style as severity_style
 # --------------------------------------------------------------------------- colours
 
 #: Source states (docs/contract.md §3) → colour of the state word; "crashed" is a finished source whose
-#: loop ended with an exception, "died" a gone one whose process died without a goodbye
-#: (`report.shown_state`).
+#: loop (or process) ended with an exception, "stopped" one a signal ended, "died" a gone one whose
+#: process died without a goodbye (`views.text.shown_state`).
 STATE_COLOURS: dict[str, str] = {"running": OK, "waiting": WARN, "stalled": f"bold {BAD}",
-                                 "gone": BAD, "crashed": f"bold {BAD}",
+                                 "gone": BAD, "crashed": f"bold {BAD}", "stopped": WARN,
                                  "died": f"bold {BAD}"}
+#: How a loop that did not just finish ended (`end.how`) → the mark and colour of the line that
+#: says it (the loader panel, the findings list): a stop by a signal is no failure.
+END_MARKS: dict[str, tuple[str, str]] = {"crashed": ("✖", BAD), "died": ("✖", BAD),
+                                         "stopped": ("■", WARN)}
 
 # --------------------------------------------------------------------------- findings
 
@@ -59,6 +63,7 @@ FINDING_WORDS: dict[FindingKind, str] = {
     "worker_hung": "worker hung",
     "loop_hung": "loop hung",
     "worker_died": "worker died",
+    "oom_killed": "OOM killed",
     "slow_worker": "slow worker",
     "copy_on_read": "copy-on-read",
     "memory_growth": "memory growth",
