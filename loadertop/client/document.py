@@ -460,6 +460,28 @@ class ViewerStatus(_Figures, frozen=True, kw_only=True):
     discovery_dir: str | None
 
 
+class WorstFinding(_Figures, frozen=True, kw_only=True):
+    kind: FindingKind
+    severity: Severity
+    summary: str
+
+
+class JobSummary(_Figures, frozen=True, kw_only=True):
+    """A job of this machine's black boxes as `loadertop ls --json` lists it (docs/contract.md §9):
+    `ended` in `client.ending`'s words; `duration_s` to its end (until now while it runs; null
+    when unknown); `worst_finding` the most severe finding at the end of its recording;
+    `recording` its newest segment."""
+
+    pid: Annotated[int, Meta(ge=1)]
+    host: str
+    command: str
+    started_at: float
+    duration_s: NonNegative | None
+    ended: str
+    worst_finding: WorstFinding | None
+    recording: str | None
+
+
 class Document(_Figures, frozen=True, kw_only=True):
     schema: Literal["loadertop.snapshot/1"]
     taken_at: NonNegative
@@ -470,6 +492,9 @@ class Document(_Figures, frozen=True, kw_only=True):
     findings: tuple[Finding, ...] = ()  # every source's and the machine's own; most severe first
     ranks: Ranks
     viewer: ViewerStatus
+    # With no live source (`snapshot --json` exits 1): the job that ended last, as `ls --json`
+    # lists it (docs/contract.md §3); null otherwise, or when no job ended.
+    last_job: JobSummary | None = None
 
 
 def encode_json(document: Document, *, indent: int = 2) -> bytes:

@@ -537,3 +537,29 @@ def test_the_report_of_a_job_says_its_one_end(state, tmp_path):
     page = out.read_text()
     assert "ended: signal: SIGTERM" in page  # the lead, the file row and the source's block
     assert "ended: finished" not in page and ": finished<" not in page
+
+
+# ---- snapshot --json with no live job (issue 50 §3) ---------------------------------------------
+
+
+def test_snapshot_json_with_no_live_job_prints_a_document_naming_the_last_job(state, tmp_path,
+                                                                              monkeypatch, capsys):
+    from loadertop.client.document import decode_json
+
+    monkeypatch.setenv("LOADERTOP_DIR", str(tmp_path / "runtime"))  # no job runs there
+    make_job(state, pid=31, ended=statedir.Ended(kind="signal", at=T0, signal="SIGTERM"))
+    assert ls_command.main(["--json"]) == 0
+    (listed,) = json.loads(capsys.readouterr().out)
+    assert snapshot.main(["--json", "--seconds", "0.2"]) == 1  # as before: nothing live
+    out, err = capsys.readouterr()
+    doc = json.loads(out)
+    assert doc["sources"] == [] and doc["last_job"] == listed
+    assert decode_json(out).last_job is not None  # the document's types hold it
+    assert err.startswith("loadertop: no instrumented process running; the last job, pid 31 ")
+
+
+def test_snapshot_json_with_no_job_at_all_says_null(state, tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("LOADERTOP_DIR", str(tmp_path / "runtime"))
+    assert snapshot.main(["--json", "--seconds", "0.2"]) == 1
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["sources"] == [] and doc["last_job"] is None
