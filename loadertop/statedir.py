@@ -65,12 +65,39 @@ class Ended(msgspec.Struct, frozen=True, forbid_unknown_fields=False):
 
 
 class CgroupAtStart(msgspec.Struct, frozen=True, forbid_unknown_fields=False):
-    """One memory cgroup directory of the job (innermost first) and its OOM-kill counter at start
-    (v1 `memory.oom_control`, v2 `memory.events`; None where the kernel does not count)."""
+    """One memory cgroup directory of the job (innermost first) and its OOM-kill counters at start
+    (v1 `memory.oom_control` `oom_kill`, v2 `memory.events` `oom_kill` and `oom_group_kill`; None
+    where the kernel does not count: `system.cgroup.oom_counts`)."""
 
     path: ShortText
     limit_bytes: Count | None = None
     oom_kills: Count | None = None
+    oom_group_kills: Count | None = None
+
+
+class CgroupAtDeath(msgspec.Struct, frozen=True, forbid_unknown_fields=False):
+    """What `loadertop run`'s launcher (or `demo`'s), which outlives its child, read of the child's
+    memory cgroup the moment the child died: the OOM kills counted there since the child started
+    (None where the kernel keeps no such count), the limit (the smallest along its ancestry) and
+    the peak usage (v1 `memory.max_usage_in_bytes`, v2 `memory.peak`; None where not kept). Kept
+    because the cgroup is not: a container runtime, Kubernetes or Slurm removes it as the job ends."""
+
+    at: float
+    path: ShortText
+    oom_kills: Count | None = None
+    oom_group_kills: Count | None = None
+    limit_bytes: Count | None = None
+    peak_bytes: Count | None = None
+
+
+class MemoryReading(msgspec.Struct, frozen=True, forbid_unknown_fields=False):
+    """The probe's latest reading of its memory cgroup while usage was near the limit (the black
+    box reads it every 0.25 s from 80 % of the limit, docs/blackbox.md), taken off the meta again
+    once usage falls back."""
+
+    at: float
+    used_bytes: Count
+    limit_bytes: Count
 
 
 class JobMeta(msgspec.Struct, frozen=True, forbid_unknown_fields=False):
@@ -89,6 +116,8 @@ class JobMeta(msgspec.Struct, frozen=True, forbid_unknown_fields=False):
     machine_memory_bytes: Count | None = None
     budget_bytes: Count | None = None
     ended: Ended | None = None
+    cgroup_at_death: CgroupAtDeath | None = None
+    near_limit: MemoryReading | None = None
 
 
 _decoder = msgspec.json.Decoder(JobMeta)
@@ -148,20 +177,17 @@ def hostname() -> str:
     return socket.gethostname()
 
 
-def oom_kills(cgroup_dir: str, version: int | None) -> int | None:
-    """The kernel's count of OOM kills in this memory cgroup (v2 memory.events, v1
-    memory.oom_control since Linux 4.13), None where it has no such line or cannot be read."""
-    name = "memory.events" if version == 2 else "memory.oom_control"
+def system_exit_code(message: str | None) -> int:
+    """The exit code of a `SystemExit` whose str() is `message`, as Python exits with it: none
+    (`sys.exit()`) is 0, a number its low 8 bits (the kernel keeps those), any other text 1
+    (Python prints it and exits 1)."""
+    text = (message or "").strip()
+    if text in ("", "None"):
+        return 0
     try:
-        with open(os.path.join(cgroup_dir, name), encoding="ascii") as f:
-            text = f.read(8192)
-    except OSError:
-        return None
-    for line in text.splitlines():
-        key, _, value = line.partition(" ")
-        if key == "oom_kill" and value.strip().isdigit():
-            return int(value)
-    return None
+        return int(text) & 0xFF
+    except ValueError:
+        return 1
 
 
 # ---- meta files -------------------------------------------------------------------------------

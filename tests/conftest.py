@@ -183,6 +183,16 @@ def lt_dir():
 
 
 @pytest.fixture
+def private_state_dir(tmp_path, monkeypatch) -> Path:
+    """A state directory of the test's own (the black boxes', docs/contract.md §9), 0700, which
+    LOADERTOP_STATE_DIR names for the test's process."""
+    directory = tmp_path / "state"
+    directory.mkdir(mode=0o700)
+    monkeypatch.setenv("LOADERTOP_STATE_DIR", str(directory))
+    return directory
+
+
+@pytest.fixture
 def reports(monkeypatch):
     """Every LoaderReport the publisher thread of this process builds during the test (for tests
     that instrument a loader in-process)."""

@@ -37,8 +37,8 @@ Category = Literal["idle", "insufficient_data", "compute_bound", "input_bound_io
                    "stalled", "epoch_start_bound"]
 
 #: The findings of docs/contract.md §5 (their rules: `loadertop.findings`) and their severities.
-FindingKind = Literal["worker_hung", "loop_hung", "worker_died", "slow_worker", "copy_on_read",
-                      "memory_growth", "duplicate_rng", "shm_low", "fd_low",
+FindingKind = Literal["worker_hung", "loop_hung", "worker_died", "oom_killed", "slow_worker",
+                      "copy_on_read", "memory_growth", "duplicate_rng", "shm_low", "fd_low",
                       "threads_oversubscribed", "epoch_start_slow"]
 FINDING_KINDS: tuple[FindingKind, ...] = get_args(FindingKind)
 Severity = Literal["critical", "warning", "info"]
@@ -216,13 +216,19 @@ class SettingFigures(_Figures, frozen=True, kw_only=True):
 
 class EndFigures(_Figures, frozen=True, kw_only=True):
     """How the loop ended: `finished` (the process said goodbye, no error), `crashed` (an
-    exception other than StopIteration left next(): `error` is `"Type: message"`) or `died` (the
-    process is gone without a goodbye, e.g. SIGKILL: `error` says how, as far as its black box
-    and its cgroup tell; `at` is its last report)."""
+    exception other than StopIteration left next(): `error` is `"Type: message"`), `stopped` (a
+    signal ended it: SIGTERM, ^C, or a `SystemExit(128 + N)` a signal's handler raised) or
+    `died` (the process is gone without a goodbye, e.g. SIGKILL: `error` says how, as far as its
+    black box and its cgroup tell; `at` is its last report). `ended` is the job's end in the
+    words of `loadertop ls` (docs/contract.md §9: `client.ending`), the same on every screen;
+    `oom_killer` whether a death names the OOM killer (`counted`: its cgroup counted the kill;
+    `likely`: memory was near a limit)."""
 
-    how: Literal["finished", "crashed", "died"]
+    how: Literal["finished", "crashed", "stopped", "died"]
     error: str | None
     at: NonNegative | None  # Unix time
+    ended: str = ""
+    oom_killer: Literal["counted", "likely"] | None = None
 
 
 class RngShareFigures(_Figures, frozen=True, kw_only=True):
@@ -475,6 +481,28 @@ class ViewerStatus(_Figures, frozen=True, kw_only=True):
     discovery_dir: str | None
 
 
+class WorstFinding(_Figures, frozen=True, kw_only=True):
+    kind: FindingKind
+    severity: Severity
+    summary: str
+
+
+class JobSummary(_Figures, frozen=True, kw_only=True):
+    """A job of this machine's black boxes as `loadertop ls --json` lists it (docs/contract.md §9):
+    `ended` in `client.ending`'s words; `duration_s` to its end (until now while it runs; null
+    when unknown); `worst_finding` the most severe finding at the end of its recording;
+    `recording` its newest segment."""
+
+    pid: Annotated[int, Meta(ge=1)]
+    host: str
+    command: str
+    started_at: float
+    duration_s: NonNegative | None
+    ended: str
+    worst_finding: WorstFinding | None
+    recording: str | None
+
+
 class Document(_Figures, frozen=True, kw_only=True):
     schema: Literal["loadertop.snapshot/1"]
     taken_at: NonNegative
@@ -485,6 +513,9 @@ class Document(_Figures, frozen=True, kw_only=True):
     findings: tuple[Finding, ...] = ()  # every source's and the machine's own; most severe first
     ranks: Ranks
     viewer: ViewerStatus
+    # With no live source (`snapshot --json` exits 1): the job that ended last, as `ls --json`
+    # lists it (docs/contract.md §3); null otherwise, or when no job ended.
+    last_job: JobSummary | None = None
 
 
 def encode_json(document: Document, *, indent: int = 2) -> bytes:

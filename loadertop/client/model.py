@@ -57,6 +57,7 @@ from loadertop.client.document import (
     WaitSplit,
     WorkerFigures,
 )
+from loadertop.client.ending import Ending, end_figures, finished, raised
 from loadertop.client.hysteresis import VerdictStabilizer
 from loadertop.client.resources import ResourceHistory
 from loadertop.client.settings import SettingHistory
@@ -170,9 +171,10 @@ class SourceState:
     resources: ResourceHistory = field(default_factory=ResourceHistory)
     settings: SettingHistory = field(default_factory=SettingHistory)
     error: wire.LoopError | None = None  # the latest exception out of the loop's next()
-    # Its process died without a goodbye (SIGKILL: the OOM killer...), as the viewer found when
-    # the source fell silent: one line on how, from the job's black box (docs/contract.md §9).
-    died: str | None = None
+    # How its process ended, from the job's black box (docs/contract.md §9): found when the
+    # source fell silent and its process is gone (no goodbye: SIGKILL, the OOM killer...), or
+    # after its goodbye once the process is gone (what only its launcher saw: the exit code).
+    ending: Ending | None = None
 
     def add(self, msg: wire.LoaderReport, now: float) -> None:
         if self.last is not None:
@@ -187,7 +189,7 @@ class SourceState:
         self.last_received = now
         self.batches_total = msg.batches_total
         self.finished_at = None
-        self.died = None
+        self.ending = None
         if msg.resources is not None:
             self.resources.add(msg.resources, now)
         self.settings.add(msg, now)
@@ -361,12 +363,13 @@ class Model:
     def add_endpoint(self, endpoint: str) -> None:
         self.endpoints.setdefault(endpoint, None)
 
-    def mark_died(self, source: str, how: str) -> None:
-        """The process of `source` is gone without a goodbye; `how` says how it ended (one line).
-        A later report from it (it was only silent) clears this."""
+    def mark_ended(self, source: str, ending: Ending) -> None:
+        """The process of `source` is gone and ended so (its black box says): without a goodbye,
+        the source died; after one, this is the end the goodbye could not tell (a signal, the
+        exit code). A later report from it (it was only silent) clears this."""
         state = self.sources.get(source)
-        if state is not None and state.finished_at is None:
-            state.died = how
+        if state is not None:
+            state.ending = ending
 
     # ------------------------------------------------------------ the refresh
     def advance(self, now: float) -> Document:
@@ -438,7 +441,7 @@ class Model:
         rate = batches / covered if covered > 0 else None
         batch_size = last.config.batch_size
         age = max(0.0, now - state.last_received)
-        live = state.finished_at is None and state.died is None and age <= GONE_AFTER_S
+        live = state.finished_at is None and state.ending is None and age <= GONE_AFTER_S
         blocked_ms = None
         if last.blocked_ms is not None and live:
             # Reports arrive every 0.25 s; only a late one means the loop is still blocked now.
@@ -501,14 +504,19 @@ class Model:
 
     @staticmethod
     def _end(state: SourceState) -> EndFigures | None:
+        """How the loop ended, in the job's words (`client.ending`, docs/contract.md §9): its
+        process's end where its black box told it, else the exception out of next() or the
+        goodbye; None while it runs."""
         error = state.error
+        said = f"{error.type}: {error.message}" if error is not None else None
+        pid = state.last.pid if state.last is not None else 0
+        if state.ending is not None:
+            at = state.finished_at if state.finished_at is not None else state.last_received
+            return end_figures(state.ending, pid, error=said, at=at)
         if error is not None:
-            return EndFigures(how="crashed", error=f"{error.type}: {error.message}"[:2000],
-                              at=error.at)
+            return end_figures(raised(error.type, error.message), pid, error=said, at=error.at)
         if state.finished_at is not None:
-            return EndFigures(how="finished", error=None, at=round(state.finished_at, 3))
-        if state.died is not None:
-            return EndFigures(how="died", error=state.died[:2000], at=round(state.last_received, 3))
+            return end_figures(finished(), pid, at=state.finished_at)
         return None
 
     @staticmethod

@@ -16,6 +16,7 @@ import zmq
 
 from loadertop import discovery, wire
 from loadertop.client.document import Document
+from loadertop.client.ending import Ending
 from loadertop.client.model import Model
 from loadertop.endpoints import is_ipv6
 
@@ -47,8 +48,14 @@ class History(Protocol):
         first; empty without a black box."""
         ...
 
-    def death(self, pid: int, host: str) -> str | None:
-        """None while `pid` runs (or cannot be judged from here), else one line on how it ended."""
+    def death(self, pid: int, host: str) -> Ending | None:
+        """None while `pid` runs (or cannot be judged from here), else how it ended (for a
+        process that fell silent: without a black box, a death with no cause known)."""
+        ...
+
+    def ended(self, pid: int, host: str) -> Ending | None:
+        """How `pid`'s job ended as its black box tells (what its goodbye could not say: a
+        signal, its launcher's exit code); None while it runs, or with no black box to tell."""
         ...
 
 
@@ -56,6 +63,10 @@ class History(Protocol):
 SILENT_S = 0.75
 #: ... at most this often: "a viewer watching a trainer that dies says so at once".
 DEATH_CHECK_S = 1.0
+#: A source that said goodbye has its job's recorded end asked for this long after: a process
+#: exits within a second or two of its goodbyes (docs/blackbox.md: its black box waits at most
+#: 1 s), and a loader retired while its process goes on is not the job's end.
+ENDED_ASK_S = 10.0
 
 
 class Subscriber:
@@ -200,19 +211,25 @@ class Subscriber:
 
     def _check_deaths(self) -> None:
         """Mark the sources whose process died without a goodbye (SIGKILL leaves its socket and
-        its discovery entry behind: only the process's absence tells)."""
+        its discovery entry behind: only the process's absence tells), and tell those that said
+        goodbye the end their process's black box records once it is gone (one end per job,
+        docs/contract.md §9: a SIGTERM the program turned into an exit is not "finished")."""
         assert self.history is not None
         now, mono = self.clock(), time.monotonic()
         for state in list(self.model.sources.values()):
             last = state.last
-            if (last is None or state.finished_at is not None or state.died is not None
-                    or now - state.last_received < SILENT_S
+            if (last is None or now - state.last_received < SILENT_S
+                    or state.ending is not None
+                    or (state.finished_at is not None and now - state.finished_at > ENDED_ASK_S)
                     or mono - self._death_checked.get(state.source, 0.0) < DEATH_CHECK_S):
                 continue
             self._death_checked[state.source] = mono
-            how = self.history.death(last.pid, last.host)
-            if how is not None:
-                self.model.mark_died(state.source, how)
+            if state.finished_at is None:
+                ending = self.history.death(last.pid, last.host)
+            else:
+                ending = self.history.ended(last.pid, last.host)
+            if ending is not None:
+                self.model.mark_ended(state.source, ending)
 
     def silent_deaths(self) -> list[str]:
         """For each discovered endpoint that never delivered: how its process ended, where it
@@ -227,9 +244,9 @@ class Subscriber:
         out = []
         for endpoint, (pid, host) in sorted(known.items()):
             if self.model.endpoints.get(endpoint) is None:
-                how = self.history.death(pid, host)
-                if how is not None:
-                    out.append(how)
+                ending = self.history.death(pid, host)
+                if ending is not None:
+                    out.append(ending.sentence(pid))
         return out
 
     def close(self) -> None:

@@ -13,6 +13,7 @@ TYPE_CHECKING = False  # not typing's: `loadertop --help` builds its parser with
 if TYPE_CHECKING:
     import argparse
 
+    from loadertop.client.ending import Ending
     from loadertop.client.subscriber import Subscriber
     from loadertop.recording.file import Recording
     from loadertop.recording.playback import Playback
@@ -139,7 +140,7 @@ def playback_of(recording: Recording, window_s: float) -> Playback | None:
             continue
         readable += 1
         if isinstance(msg, wire.LoaderReport):
-            return Playback(recording, window_s=window_s)
+            return Playback(recording, window_s=window_s, ending=job_ending(recording))
     if not readable:
         print_error(f"{recording.path}: none of its {len(recording.frames)} messages is readable by "
                     f"this loadertop (wire schema {wire.SCHEMA_VERSION}; recorded by loadertop "
@@ -148,6 +149,17 @@ def playback_of(recording: Recording, window_s: float) -> Playback | None:
         print_error(f"{recording.path}: the recording holds no loader (only machine figures): "
                     "no instrumented loader was iterating while it ran")
     return None
+
+
+def job_ending(recording: Recording) -> tuple[int, Ending] | None:
+    """(pid, how it ended) when `recording` is an ended job's black box (docs/contract.md §9),
+    for a Playback to end its sources with."""
+    from loadertop.recording.blackbox import JobRecording, ending_of
+
+    if not isinstance(recording, JobRecording) or recording.job is None:
+        return None
+    ending = ending_of(recording.job, recording)
+    return None if ending.kind == "running" else (recording.job.pid, ending)
 
 
 def open_playback(path: str, window_s: float) -> Playback | None:

@@ -32,7 +32,7 @@ from loadertop import environment
 from loadertop.commands.common import print_error
 from loadertop.commands.view import MIN_REFRESH_S
 from loadertop.examples import demo_train  # imports no torch: the job does, in its own process
-from loadertop.launch import signal_group, start_in_session
+from loadertop.launch import ChildWatch, signal_group, start_in_session
 
 if TYPE_CHECKING:
     from loadertop.client.document import Document
@@ -75,6 +75,7 @@ class DemoJob:
         self.phase_file = self.directory / "phase.json"
         self.log_path = self.directory / "demo.log"
         self.proc: subprocess.Popen[bytes] | None = None
+        self.watch: ChildWatch | None = None
         self._log: IO[bytes] | None = None
 
     def start(self) -> None:
@@ -90,6 +91,9 @@ class DemoJob:
         # Its output goes to a log (the screen is the viewer's); its own session keeps terminal
         # signals (Ctrl-C, SIGHUP) to us, who stop it in order, and lets us kill its workers too.
         self.proc = start_in_session(cmd, env, stdout=log, stderr=subprocess.STDOUT)
+        # Its black box hears from us how it ended: stopped by our SIGTERM, its handler exits
+        # 128 + 15, which the job's own atexit cannot tell from a normal exit (docs/contract.md §9).
+        self.watch = ChildWatch(self.proc.pid, env)
 
     @property
     def pid(self) -> int | None:
@@ -139,6 +143,9 @@ class DemoJob:
                     _kill_group(proc.pid)
                     proc.wait()
             code = proc.returncode
+            if self.watch is not None:
+                self.watch.record(code)
+                self.watch = None
             # Workers exit with their parent (torch checks every 5 s); don't leave them that long.
             _kill_group(proc.pid)
         if self._log is not None:

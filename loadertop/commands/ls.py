@@ -13,6 +13,8 @@ if TYPE_CHECKING:
     import argparse
 
     from loadertop import statedir
+    from loadertop.client.document import JobSummary, WorstFinding
+    from loadertop.client.ending import Ending
     from loadertop.recording.file import Recording
 
 #: The worst finding is judged on the last this-many seconds of a job's recording (what the
@@ -36,21 +38,26 @@ def main(argv: list[str]) -> int:
     return run(parser().parse_args(argv))
 
 
-def worst_finding(recording: Recording | None) -> dict[str, str] | None:
-    """The most severe finding the model names at the recording's end, or None."""
+def worst_finding(recording: Recording | None, ending: tuple[int, Ending] | None = None
+                  ) -> WorstFinding | None:
+    """The most severe finding the model names at the recording's end (its sources ended as
+    `ending` says their job did: an OOM kill is a finding), or None."""
     if recording is None or not recording.frames:
         return None
+    from loadertop.client.document import WorstFinding
     from loadertop.recording.playback import Playback
 
-    doc = Playback(recording, window_s=WORST_FINDING_WINDOW_S).document_at(recording.frames[-1].received_at)
+    playback = Playback(recording, window_s=WORST_FINDING_WINDOW_S, ending=ending)
+    doc = playback.document_at(recording.frames[-1].received_at)
     if not doc.findings:
         return None
     finding = doc.findings[0]  # `findings.ordered`: most severe first
-    return {"kind": finding.kind, "severity": finding.severity, "summary": finding.summary}
+    return WorstFinding(kind=finding.kind, severity=finding.severity, summary=finding.summary)
 
 
-def describe(job: statedir.Job, now: float) -> dict[str, object]:
+def describe(job: statedir.Job, now: float) -> JobSummary:
     """One job as `ls --json` lists it (docs/contract.md §9)."""
+    from loadertop.client.document import JobSummary
     from loadertop.recording import blackbox
 
     alive = job.alive()
@@ -68,16 +75,26 @@ def describe(job: statedir.Job, now: float) -> dict[str, object]:
         end = recording.frames[-1].received_at
     else:
         end = None
-    return {
-        "pid": job.pid,
-        "host": job.meta.host,
-        "command": " ".join(job.meta.argv),
-        "started_at": round(job.meta.started_at, 3),
-        "duration_s": round(max(0.0, end - job.meta.started_at), 1) if end is not None else None,
-        "ended": ending.text,
-        "worst_finding": worst_finding(recording),
-        "recording": blackbox.recording_label(job) if job.recordings else None,
-    }
+    return JobSummary(
+        pid=job.pid, host=job.meta.host, command=" ".join(job.meta.argv),
+        started_at=round(job.meta.started_at, 3),
+        duration_s=round(max(0.0, end - job.meta.started_at), 1) if end is not None else None,
+        ended=ending.text,
+        worst_finding=worst_finding(recording, None if alive else (job.pid, ending)),
+        recording=blackbox.recording_label(job) if job.recordings else None)
+
+
+def last_ended(now: float | None = None) -> JobSummary | None:
+    """The job that ended last, as `ls --json` lists it; None when none did (or the state
+    directory cannot be read)."""
+    from loadertop import statedir
+
+    try:
+        jobs = statedir.list_jobs().jobs
+    except OSError:
+        return None
+    job = next((j for j in jobs if not j.alive()), None)
+    return describe(job, time.time() if now is None else now) if job is not None else None
 
 
 def run(args: argparse.Namespace) -> int:
@@ -93,7 +110,9 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         import json
 
-        sys.stdout.write(json.dumps(rows, indent=2, ensure_ascii=False) + "\n")
+        import msgspec
+
+        sys.stdout.write(json.dumps(msgspec.to_builtins(rows), indent=2, ensure_ascii=False) + "\n")
         return 0
     if not rows:
         off = "" if statedir.blackbox_enabled() else " (the black box is off here: LOADERTOP_BLACKBOX=0)"
@@ -103,22 +122,19 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def render(rows: list[dict[str, object]], directory: str) -> str:
+def render(rows: list[JobSummary], directory: str) -> str:
     from loadertop.client.units import fmt_duration
     from loadertop.recording.blackbox import printable
 
     table: list[tuple[str, ...]] = [("PID", "STARTED", "DURATION", "ENDED", "WORST FINDING", "COMMAND")]
     for row in rows:
-        worst = row["worst_finding"]
-        started = row["started_at"]
-        duration = row["duration_s"]
         table.append((
-            str(row["pid"]),
-            time.strftime("%Y-%m-%d %H:%M", time.localtime(started)) if isinstance(started, float) else "?",
-            fmt_duration(duration) if isinstance(duration, float) else "–",
-            _clip(printable(str(row["ended"])), 60),
-            str(worst["kind"]) if isinstance(worst, dict) else "–",
-            _clip(printable(str(row["command"])), 50),
+            str(row.pid),
+            time.strftime("%Y-%m-%d %H:%M", time.localtime(row.started_at)),
+            fmt_duration(row.duration_s) if row.duration_s is not None else "–",
+            _clip(printable(row.ended), 60),
+            row.worst_finding.kind if row.worst_finding is not None else "–",
+            _clip(printable(row.command), 50),
         ))
     return (column_text(table)
             + f"\nrecordings in {directory}; open one: loadertop snapshot --from PID (or last), "

@@ -8,7 +8,9 @@ LOADERTOP_RUN=1, which only this command sets. A Python started with -I, -E or -
 PYTHONPATH, no site) does not read it, and is not instrumented.
 
 `run` itself only waits: the child's exit code is its exit code (128+N when the child was killed
-by signal N), and the signals a job is stopped or steered with are forwarded to the child.
+by signal N), and the signals a job is stopped or steered with are forwarded to the child. As it
+outlives the child, it tells the child's black box what the child cannot (`launch.ChildWatch`):
+the exit code or the signal, and its memory cgroup's OOM kills, read the moment it died.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ import sys
 # the job is started with os.posix_spawnp (see _start).
 from loadertop import environment
 from loadertop.commands import UsageError
-from loadertop.launch import child_env, exit_status
+from loadertop.launch import ChildWatch, child_env, exit_status
 
 TYPE_CHECKING = False  # not typing's: see above
 if TYPE_CHECKING:
@@ -274,10 +276,11 @@ def _run_sigwait(command: list[str], env: dict[str, str]) -> int:
         if started[0] is None:
             return started[1]  # it could not start: the exit code a shell would give
         pid = started[0]
+        watch = ChildWatch(pid, env)  # its cgroup's OOM counters at its start
         while True:
             returncode = _poll(pid)
             if returncode is not None:
-                record_ending(pid, returncode, env)
+                watch.record(returncode)  # at once: the cgroup as the death left it
                 return exit_status(returncode)
             info = signal.sigtimedwait(watched, WAIT_SLICE_S)
             if info is None or info.si_signo == signal.SIGCHLD:
@@ -296,39 +299,6 @@ def _run_sigwait(command: list[str], env: dict[str, str]) -> int:
         signal.pthread_sigmask(signal.SIG_SETMASK, old_mask)
 
 
-def record_ending(pid: int, returncode: int, env: dict[str, str]) -> None:
-    """What the child's own black box could not say (docs/contract.md §9): killed by a signal
-    (its atexit never ran), or the exit code of a run that finished. Only for the child itself
-    (a Python the command started in turn has another pid), and never raises."""
-    try:
-        import time
-
-        from loadertop import statedir
-
-        if not statedir.blackbox_enabled(env):
-            return
-        job = next((j for j in statedir.list_jobs(statedir.state_dir(env)).jobs
-                    if j.meta.pid == pid), None)
-        if job is None:
-            return
-        ended = job.meta.ended
-        if returncode < 0 and ended is None:
-            try:
-                name = signal.Signals(-returncode).name
-            except ValueError:
-                name = f"signal {-returncode}"
-            ended = statedir.Ended(kind="signal", at=time.time(), signal=name, recorded_by="launcher")
-        elif returncode >= 0 and ended is not None and ended.kind == "finished" and ended.exit_code is None:
-            ended = statedir.Ended(kind="finished", at=ended.at, exit_code=returncode,
-                                   recorded_by=ended.recorded_by)
-        else:
-            return
-        fields = {f: getattr(job.meta, f) for f in job.meta.__struct_fields__}
-        statedir.write_meta(job.meta_path, statedir.JobMeta(**{**fields, "ended": ended}))
-    except Exception:
-        pass
-
-
 def _same_process_group(pid: int) -> bool:
     try:
         return os.getpgid(pid) == os.getpgrp()
@@ -343,6 +313,7 @@ def _run_handlers(command: list[str], env: dict[str, str]) -> int:  # pragma: no
     if started[0] is None:
         return started[1]  # it could not start: the exit code a shell would give
     pid = started[0]
+    watch = ChildWatch(pid, env)
 
     def forward(signum: int, frame: object) -> None:
         if signum == signal.SIGINT and _foreground():
@@ -355,7 +326,7 @@ def _run_handlers(command: list[str], env: dict[str, str]) -> int:  # pragma: no
     previous = {sig: signal.signal(sig, forward) for sig in FORWARDED}
     try:
         returncode = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
-        record_ending(pid, returncode, env)
+        watch.record(returncode)
         return exit_status(returncode)
     finally:
         for sig, handler in previous.items():

@@ -40,8 +40,10 @@ def main(argv: list[str]) -> int:
 
 
 def take(endpoint_args: list[str], seconds: float, *, key: str | None = None,
-         server_key: str | None = None) -> tuple[Document, None] | tuple[None, str]:
-    """(document, None) or (None, error message).
+         server_key: str | None = None, last_job: bool = False) -> tuple[Document, str | None]:
+    """(the document, None), or (a document with no source, the error message) when no source
+    delivered: with `last_job`, and with discovery, that document names the job that ended last
+    as `ls --json` does (docs/contract.md §3).
 
     The whole window is watched even when no process has registered yet: a job registers at its
     first instrumented iter(), seconds after it starts (import torch, the dataset), so a snapshot
@@ -51,17 +53,23 @@ def take(endpoint_args: list[str], seconds: float, *, key: str | None = None,
     sub = open_subscriber(endpoint_args, window_s=seconds, key=key, server_key=server_key)
     try:
         watch(sub, seconds)
-        if not sub.found_any():
-            return None, no_sources_message(sub)
         doc = sub.model.advance(time.time())
-        if not doc.sources:
+        if doc.sources:
+            return doc, None
+        if not sub.found_any():
+            error = no_sources_message(sub)
+        else:
             deaths = sub.silent_deaths()  # its process died (SIGKILL leaves the entry behind)
-            if deaths:
-                return None, "; ".join(deaths)
-            return None, ("no data received from " + ", ".join(sub.sockets) +
-                          f" within {seconds:g} s (is the trainer running and iterating an"
-                          " instrumented loader?)")
-        return doc, None
+            error = "; ".join(deaths) if deaths else (
+                "no data received from " + ", ".join(sub.sockets) +
+                f" within {seconds:g} s (is the trainer running and iterating an instrumented loader?)")
+        if last_job and sub.discover:
+            import msgspec
+
+            from loadertop.commands.ls import last_ended
+
+            doc = msgspec.structs.replace(doc, last_job=last_ended())
+        return doc, error
     finally:
         sub.close()
 
@@ -124,14 +132,16 @@ def report_live(endpoint_args: list[str], seconds: float, *, as_json: bool, key:
     and the viewer's `--once` (or its output not a terminal), which has none of snapshot's
     recording options."""
     try:
-        taken = take(endpoint_args, seconds, key=key, server_key=server_key)
+        doc, error = take(endpoint_args, seconds, key=key, server_key=server_key, last_job=as_json)
     except UsageError as exc:
         print_error(str(exc))
         return 2
-    if taken[0] is None:
-        print_error(taken[1])
+    if error is not None:
+        print_error(error)
+        if as_json:  # a script still gets a document: no source, and the last job's end
+            _print(doc, as_json)
         return 1
-    return _print(taken[0], as_json)
+    return _print(doc, as_json)
 
 
 def _print(doc: Document, as_json: bool) -> int:

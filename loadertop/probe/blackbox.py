@@ -44,11 +44,14 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+import msgspec
+
 from loadertop import environment, recfile, statedir, wire
 from loadertop._version import __version__
 from loadertop.discovery import ensure_private_dir
 from loadertop.probe import stacks
-from loadertop.system.cgroup import Cgroup
+from loadertop.probe.memory_watch import NEAR_SHARE, MemoryWatch, next_reading_s
+from loadertop.system.cgroup import Cgroup, oom_counts
 
 # The per-process budget (docs/blackbox.md says why). The last minutes in full are bounded by
 # time (RECENT_SEGMENTS + 1 segments of SEGMENT_S) and, for a very fast loader, by RECENT_SHARE
@@ -139,6 +142,8 @@ class BlackBox:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._ended: statedir.Ended | None = None
+        self._loop_error: wire.LoopError | None = None  # the last one a goodbye carried
+        self._memory: MemoryWatch | None = None
         self._finished = threading.Event()
         self._meta: statedir.JobMeta | None = None
         self._argv = _command_line()
@@ -169,6 +174,8 @@ class BlackBox:
             if len(self._queue) == QUEUE_FRAMES:
                 self.dropped += 1
             self._queue.append((time.time(), frame, msg))
+            if type(msg) is wire.Goodbye and msg.error is not None:
+                self._loop_error = msg.error  # a SystemExit out of next(): how the process exits
 
     def finish(self, ended: statedir.Ended | None = None, wait_s: float = EXIT_WAIT_S) -> None:
         """End the recording: how the run ended (by default read from the exiting interpreter),
@@ -176,7 +183,7 @@ class BlackBox:
         if self.pid != os.getpid() or self._finished.is_set() or self._ended is not None:
             return
         try:
-            self._ended = ended if ended is not None else how_it_ended()
+            self._ended = ended if ended is not None else how_it_ended(self._loop_error)
         except Exception:
             self._ended = statedir.Ended(kind="finished", at=time.time())
         self._stop.set()
@@ -191,13 +198,20 @@ class BlackBox:
             self._fail(exc)
             return
         try:
+            next_flush = time.monotonic() + FLUSH_S
+            wait = min(FLUSH_S, self._read_memory()) if self._memory is not None else FLUSH_S
             while True:
-                stopping = self._stop.wait(FLUSH_S)
-                self._write_queued()
-                if stopping:
+                if self._stop.wait(wait):
+                    self._write_queued()
                     self._close()
                     return
-                self._flush()
+                reading_s = self._read_memory() if self._memory is not None else FLUSH_S
+                now = time.monotonic()
+                if now >= next_flush:
+                    self._write_queued()
+                    self._flush()
+                    next_flush = now + FLUSH_S
+                wait = max(0.0, min(next_flush - now, reading_s))
         except Exception as exc:
             self._fail(exc)
         finally:
@@ -214,10 +228,48 @@ class BlackBox:
             start_ticks=statedir.process_start_ticks(self.pid), boot_id=statedir.boot_id(),
             host=statedir.hostname(), argv=self._argv, cwd=_cwd(), how=self.how,  # type: ignore[arg-type]
             loadertop_version=__version__, budget_bytes=self.budget,
-            machine_memory_bytes=_machine_memory(), **_cgroups())
+            machine_memory_bytes=_machine_memory(), **self._cgroups())
         statedir.write_meta(self.meta_path, self._meta)
         self._current = self._new_recent()
         self._run = _Segment(self._segment_path("run"), self._argv)
+
+    def _cgroups(self) -> dict[str, Any]:
+        """The job's memory cgroup directories (innermost first), each with its limit and OOM-kill
+        counters now (the reader compares them later to tell an OOM kill); and the watch of the
+        binding limit (`probe/memory_watch.py`)."""
+        try:
+            group = Cgroup.detect()
+        except Exception:
+            return {}
+        found = []
+        for directory in group.memory_dirs[:64]:
+            limit = Cgroup(version=group.version, memory_dirs=(directory,)).mem_limit_bytes()
+            counts = oom_counts(directory, group.version)
+            found.append(statedir.CgroupAtStart(path=directory[:4096], limit_bytes=limit,
+                                                oom_kills=counts.kills,
+                                                oom_group_kills=counts.group_kills))
+        self._memory = MemoryWatch.of(group)
+        return {"cgroup_version": group.version, "cgroups": found}
+
+    def _read_memory(self) -> float:
+        """Read the memory cgroup's usage; near its limit, keep the reading in the meta (taken
+        off again once usage falls back). Returns how soon to read again."""
+        assert self._memory is not None
+        reading = self._memory.read()
+        meta = self._meta
+        if reading is None or meta is None:
+            return FLUSH_S
+        used, limit = reading
+        if used >= NEAR_SHARE * limit:
+            near: statedir.MemoryReading | None = statedir.MemoryReading(
+                at=time.time(), used_bytes=used, limit_bytes=limit)
+        elif meta.near_limit is not None:
+            near = None
+        else:
+            return next_reading_s(used, limit, FLUSH_S)
+        self._meta = msgspec.structs.replace(meta, near_limit=near)
+        statedir.write_meta(self.meta_path, self._meta)
+        return next_reading_s(used, limit, FLUSH_S)
 
     def _segment_path(self, part: str) -> Path:
         return self.directory / f"{self.stem}.{self._writer_id}-{part}{statedir.RECORDING_SUFFIX}"
@@ -316,9 +368,7 @@ class BlackBox:
             if segment is not None:
                 segment.writer.close("exit")
         if self._meta is not None and self._ended is not None:
-            statedir.write_meta(self.meta_path, statedir.JobMeta(**{
-                **{f: getattr(self._meta, f) for f in self._meta.__struct_fields__},
-                "ended": self._ended}))
+            statedir.write_meta(self.meta_path, msgspec.structs.replace(self._meta, ended=self._ended))
 
     def _fail(self, exc: BaseException) -> None:
         self.on = False
@@ -346,12 +396,20 @@ def _notable(msg: wire.LoaderReport) -> bool:
     return any(w.stack is not None or w.alive is False for w in msg.workers)
 
 
-def how_it_ended() -> statedir.Ended:
+def how_it_ended(loop_error: wire.LoopError | None = None) -> statedir.Ended:
     """What the exiting interpreter says: an uncaught exception left `sys.last_value` (set before
-    atexit handlers run); else it finished (the exit code is not known here)."""
+    atexit handlers run); else it finished. The exit code is not known here (CPython 3.10-3.13
+    keeps an uncaught SystemExit nowhere atexit can read), except when `loop_error`, the last
+    exception a loop's next() let out, is the SystemExit the process exits with (a signal's
+    handler raising `SystemExit(128 + signum)` while the loop waits for a batch)."""
     now = time.time()
     exc = getattr(sys, "last_value", None)
-    if exc is None or isinstance(exc, SystemExit):
+    if isinstance(exc, SystemExit):
+        return statedir.Ended(kind="finished", at=now, exit_code=statedir.system_exit_code(str(exc)))
+    if exc is None:
+        if loop_error is not None and loop_error.type == "SystemExit":
+            return statedir.Ended(kind="finished", at=now,
+                                  exit_code=statedir.system_exit_code(loop_error.message))
         return statedir.Ended(kind="finished", at=now)
     try:
         message = str(exc)
@@ -396,21 +454,6 @@ def _machine_memory() -> int | None:
         return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     except (OSError, ValueError, AttributeError):
         return None
-
-
-def _cgroups() -> dict[str, Any]:
-    """The job's memory cgroup directories (innermost first), each with its limit and OOM-kill
-    count now: the reader compares that count later to tell an OOM kill (statedir.oom_kills)."""
-    try:
-        group = Cgroup.detect()
-    except Exception:
-        return {}
-    found = []
-    for directory in group.memory_dirs[:64]:
-        limit = Cgroup(version=group.version, memory_dirs=(directory,)).mem_limit_bytes()
-        found.append(statedir.CgroupAtStart(path=directory[:4096], limit_bytes=limit,
-                                            oom_kills=statedir.oom_kills(directory, group.version)))
-    return {"cgroup_version": group.version, "cgroups": found}
 
 
 def _unlink(path: Path) -> None:

@@ -6,16 +6,18 @@ and for a viewer that sees its trainer die:
 
 - `read_job(job)`: every segment of the job merged into one `Recording` (frames by receive time, a
   frame kept in two segments read once; a torn segment read up to its last whole record);
-- `ending_of(job, recording)`: how the run ended, as the contract's string — `running`,
-  `finished`, `exception: TYPE: message`, `signal: NAME`, `killed: SIGKILL (OOM killer: …)` or
-  `killed: unknown cause`.
+- `ending_of(job, recording)`: how the run ended, as a `client.ending.Ending` — the one set of
+  words every screen says it with: `running`, `finished`, `exception: TYPE: message`, `signal:
+  NAME`, `killed: SIGKILL (OOM killer: …)` or `killed: unknown cause`.
 
 A process killed by SIGKILL writes nothing: a job whose pid no longer runs (with its start time)
-and whose meta has no `ended` died without a goodbye. Whether the OOM killer did it is read where
-an unprivileged user can read it: the job's memory cgroups' OOM-kill counters now against the
-ones its meta took at start (v1 `memory.oom_control`, v2 `memory.events`); failing those (a
-cgroup removed since, a kernel without the counter), the last recorded memory against the cgroup's
-or the machine's limit.
+and whose meta has no `ended` died without a goodbye. Whether the OOM killer did it is read from
+the best evidence there is, in this order: the OOM-kill counters of its memory cgroup as `loadertop
+run`'s launcher read them the moment it died (`JobMeta.cgroup_at_death`: kept, as the cgroup is
+not); the counters now against those at its start, where the cgroup still exists (v1
+`memory.oom_control`, v2 `memory.events`); its memory near the cgroup's limit in the probe's last
+reading (`JobMeta.near_limit`: every 0.25 s that near); the last recorded memory against the
+cgroup's or the machine's limit.
 """
 
 from __future__ import annotations
@@ -24,12 +26,13 @@ import re
 import signal
 import time
 from dataclasses import dataclass, field
-from typing import Literal
 
 from loadertop import statedir, wire
 from loadertop.client.document import Finding
-from loadertop.client.units import fmt_bytes, say_bytes
+from loadertop.client.ending import RUNNING, Ending, finished, killed, raised, signalled
+from loadertop.client.units import fmt_bytes, say_bytes, say_fraction
 from loadertop.recording.file import Frame, Recording, RecordingError, read
+from loadertop.system.cgroup import OomCounts, oom_counts
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -41,40 +44,11 @@ OOM_LIKELY_SHARE = 0.9
 #: ... read from the recording's last this-many seconds (the black box keeps the machine's figures
 #: every 10 s with no viewer).
 LAST_MEMORY_S = 60.0
-#: Frames of one report kept in two segments (a rotation's overlap) carry the same receive time
-#: and bytes; they are read once.
-EndKind = Literal["running", "finished", "exception", "signal", "killed"]
 
 
 class JobError(Exception):
     """`last` or a pid that names no job in the state directory, or a job with no readable
     recording; the message is one line for the user."""
-
-
-@dataclass(frozen=True)
-class Ending:
-    """How a job's run ended. `text` is the contract's string (what `ls` shows); `cause`, for a
-    kill, what the evidence says ("OOM killer: its cgroup's limit 1.1 GiB was reached")."""
-
-    kind: EndKind
-    text: str
-    cause: str | None = None
-    at: float | None = None  # when it ended, as far as known (Unix time)
-    oom: bool = False  # the OOM killer, certainly (its cgroup counted the kill)
-
-    def sentence(self, pid: int) -> str:
-        """The ending said of `pid` in one line, as a viewer that saw it die says it."""
-        if self.kind == "killed":
-            if self.oom:
-                return f"pid {pid} died without a goodbye: killed by the OOM killer — {self.cause}"
-            if self.cause is not None:
-                return f"pid {pid} died without a goodbye: killed, likely by the OOM killer — {self.cause}"
-            return (f"pid {pid} died without a goodbye: killed (SIGKILL, or a signal Python could not "
-                    "handle), cause unknown — neither its cgroup's OOM-kill counter nor its last "
-                    "memory points to the OOM killer")
-        if self.kind == "running":
-            return f"pid {pid} is running"
-        return f"pid {pid} ended: {self.text}"
 
 
 @dataclass(frozen=True)
@@ -221,45 +195,102 @@ def last_memory(job: statedir.Job, recording: Recording | None) -> LastMemory | 
 def ending_of(job: statedir.Job, recording: Recording | None = None, *,
               alive: bool | None = None) -> Ending:
     """How `job` ended (or `running`). `recording`: its black box, for the last memory figures
-    when the OOM-kill counters cannot tell; `alive`: whether its process runs, when the caller
+    when nothing better tells an OOM kill; `alive`: whether its process runs, when the caller
     has just looked."""
     ended = job.meta.ended
     # `loadertop run`'s launcher records a SIGKILL it saw as a signal: who sent it is still the
-    # question the OOM-kill counters and the last memory answer, as for a job nobody saw end.
-    killed = ended is not None and ended.kind == "signal" and ended.signal == "SIGKILL"
-    if ended is not None and not killed:
-        if ended.kind == "exception":
-            text = f"exception: {ended.exc_type or 'Exception'}"
-            if ended.message:
-                text += f": {_one_line(ended.message)}"
-            return Ending("exception", text, at=ended.at)
-        if ended.kind == "signal":
-            return Ending("signal", f"signal: {ended.signal or '?'}", at=ended.at)
-        text = "finished"
-        if ended.exit_code:
-            text += f" (exit code {ended.exit_code})"
-        return Ending("finished", text, at=ended.at)
-    if not killed and (job.alive() if alive is None else alive):
-        return Ending("running", "running")
+    # question the OOM-kill counters and the memory answer, as for a job nobody saw end.
+    sigkill = ended is not None and ended.kind == "signal" and ended.signal == "SIGKILL"
+    if ended is not None and not sigkill:
+        return recorded_ending(ended)
+    if not sigkill and (job.alive() if alive is None else alive):
+        return RUNNING
     at = recording.end if recording is not None and recording.frames else None
-    if killed and ended is not None:
+    if ended is not None:
         at = ended.at
-    for cgroup in job.meta.cgroups:
-        before = cgroup.oom_kills
-        now = statedir.oom_kills(cgroup.path, job.meta.cgroup_version)
-        if before is not None and now is not None and now > before:
-            limit = cgroup.limit_bytes or min((c.limit_bytes for c in job.meta.cgroups if c.limit_bytes),
-                                              default=None)
-            cause = (f"its cgroup's limit {say_bytes(limit)} was reached" if limit
-                     else "its cgroup counted an OOM kill")
-            return Ending("killed", f"killed: SIGKILL (OOM killer: {cause})", cause, at, oom=True)
+    elif job.meta.cgroup_at_death is not None:
+        at = job.meta.cgroup_at_death.at
+    return kill_of(job, recording, at)
+
+
+def recorded_ending(ended: statedir.Ended) -> Ending:
+    """The end the process (or its launcher) recorded, in the contract's words."""
+    if ended.kind == "exception":
+        return raised(ended.exc_type, ended.message, ended.at)
+    if ended.kind == "signal":
+        return signalled(ended.signal or "?", ended.at)
+    return finished(ended.at, ended.exit_code)
+
+
+def kill_of(job: statedir.Job, recording: Recording | None, at: float | None) -> Ending:
+    """Why a job that died without a goodbye died, from the best evidence there is (see the
+    module's docstring). A counter its launcher read at the death and found unchanged rules the
+    OOM killer out: the memory figures are not weighed then."""
+    meta = job.meta
+    death = meta.cgroup_at_death
+    limit = (death.limit_bytes if death is not None else None) or min(
+        (c.limit_bytes for c in meta.cgroups if c.limit_bytes), default=None)
+    near = near_limit_words(meta, at)
+    counted = oom_counted(job)
+    if counted:
+        cause = (f"its cgroup's limit {say_bytes(limit)} was reached" if limit
+                 else "its cgroup counted an OOM kill")
+        if death is not None and death.oom_group_kills:
+            cause += ", and the cgroup was killed whole (memory.oom.group)"
+        return killed(cause, at, oom="counted", evidence=tuple(
+            e for e in (near, peak_words(death)) if e is not None))
+    if counted is False and death is not None:
+        return killed(None, at, note="its cgroup counted no OOM kill as it died: not the OOM killer")
+    if meta.near_limit is not None and near is not None and \
+            meta.near_limit.used_bytes >= OOM_LIKELY_SHARE * meta.near_limit.limit_bytes:
+        return killed(near, at, oom="likely")
     memory = last_memory(job, recording)
     if memory is not None and memory.used_bytes >= OOM_LIKELY_SHARE * memory.limit_bytes:
         of = "the cgroup's" if memory.of_cgroup else "the machine's"
         cause = (f"memory was at {fmt_bytes(memory.used_bytes)} of {of} "
                  f"{say_bytes(memory.limit_bytes)} limit")
-        return Ending("killed", f"killed: SIGKILL (OOM killer: likely — {cause})", cause, at)
-    return Ending("killed", "killed: unknown cause", None, at)
+        return killed(cause, at, oom="likely")
+    return killed(None, at)
+
+
+def oom_counted(job: statedir.Job) -> bool | None:
+    """Whether the job's memory cgroup counted an OOM kill while it ran: as its launcher read it
+    the moment it died, else its counters now against those at its start (where the cgroup
+    still exists). None where neither can tell. Only the innermost cgroup counts: the kernel
+    counts a kill in the victim's own (v1 nowhere else; v2 in its ancestors too, with their
+    other children's), whichever limit set the killer off (`system.cgroup.oom_counts`)."""
+    death = job.meta.cgroup_at_death
+    if death is not None and (death.oom_kills is not None or death.oom_group_kills is not None):
+        return bool(death.oom_kills) or bool(death.oom_group_kills)
+    if not job.meta.cgroups:
+        return None
+    own = job.meta.cgroups[0]
+    before = OomCounts(own.oom_kills, own.oom_group_kills)
+    risen = oom_counts(own.path, job.meta.cgroup_version).risen_since(before)
+    if risen.kills is None and risen.group_kills is None:
+        return None
+    return risen.any() or None  # unchanged now: the cgroup may have been made anew since
+
+
+def near_limit_words(meta: statedir.JobMeta, died_at: float | None) -> str | None:
+    """"memory at 97 % of its cgroup's 1.1 GiB limit 0.3 s before it died" from the probe's last
+    reading near the limit ("in its last reading" where nobody saw when it died)."""
+    reading = meta.near_limit
+    if reading is None or not reading.limit_bytes:
+        return None
+    share = say_fraction(reading.used_bytes / reading.limit_bytes)
+    words = f"memory at {share} of its cgroup's {say_bytes(reading.limit_bytes)} limit"
+    witnessed = meta.cgroup_at_death is not None or (
+        meta.ended is not None and meta.ended.recorded_by == "launcher")
+    if witnessed and died_at is not None and died_at >= reading.at:
+        return f"{words} {died_at - reading.at:.1f} s before it died"
+    return f"{words} in its last reading"
+
+
+def peak_words(death: statedir.CgroupAtDeath | None) -> str | None:
+    if death is None or not death.peak_bytes:
+        return None
+    return f"its cgroup's peak usage {say_bytes(death.peak_bytes)}"
 
 
 # torch (2.13, _utils/signal_handling.py and dataloader.py) says a worker's death in one of two
@@ -314,23 +345,10 @@ def killed_worker(job: statedir.Job, recording: Recording | None) -> str | None:
         return f"{worker} exited unexpectedly{code}"
     line = f"{worker} was killed by {name}"
     if name == "SIGKILL":
-        if _oom_counted(job):
+        if oom_counted(job):
             return line + ": by the OOM killer (its cgroup counted an OOM kill)"
         return line + " — most often the OOM killer (`dmesg -T | grep -i oom`)"
     return line
-
-
-def _oom_counted(job: statedir.Job) -> bool:
-    for cgroup in job.meta.cgroups:
-        now = statedir.oom_kills(cgroup.path, job.meta.cgroup_version)
-        if cgroup.oom_kills is not None and now is not None and now > cgroup.oom_kills:
-            return True
-    return False
-
-
-def _one_line(text: str, limit: int = 200) -> str:
-    line = " ".join(text.split())
-    return line if len(line) <= limit else line[: limit - 1] + "…"
 
 
 # ---- what `ls` and the no-job messages say --------------------------------------------------
@@ -371,13 +389,7 @@ def last_ended_line(now: float | None = None) -> str | None:
     job = next((j for j in jobs if not j.alive()), None)
     if job is None:
         return None
-    recording = None
-    if job.meta.ended is None:  # the figures only matter to tell an OOM kill
-        try:
-            recording = read_job(job, recent_only=True)
-        except JobError:
-            recording = None
-    ending = ending_of(job, recording, alive=False)
+    ending = ended_job_ending(job)
     now = time.time() if now is None else now
     when = ending.at or _last_written(job)
     return (f"the last job, pid {job.pid} ({command_of(job)}), ended {ago(now - when)}: "
@@ -394,26 +406,44 @@ def _last_written(job: statedir.Job) -> float:
     return job.meta.started_at
 
 
-def death_of(pid: int, host: str) -> str | None:
-    """What a viewer says of a source of `pid` that stopped reporting: None while the process
-    runs (or is on another machine, or this one cannot tell), else one line on how it ended, from
-    its black box when it has one."""
+def ended_job_ending(job: statedir.Job) -> Ending:
+    """How a job that no longer runs ended; its last minutes are read only where they can tell
+    (a death without a goodbye: its last memory)."""
+    recording = None
+    ended = job.meta.ended
+    if ended is None or (ended.kind == "signal" and ended.signal == "SIGKILL"):
+        try:
+            recording = read_job(job, recent_only=True)
+        except JobError:
+            recording = None
+    return ending_of(job, recording, alive=False)
+
+
+def death_of(pid: int, host: str) -> Ending | None:
+    """How a process of `pid` that stopped reporting ended: None while it runs (or is on another
+    machine, or this one cannot tell), else from its black box when it has one."""
     if host != statedir.hostname():
         return None
     job = statedir.find_job(str(pid))
     if job is not None and job.meta.host in ("", host):
-        if job.alive():
-            return None
-        recording = None
-        if job.meta.ended is None:
-            try:
-                recording = read_job(job, recent_only=True)
-            except JobError:
-                recording = None
-        return ending_of(job, recording, alive=False).sentence(pid)
+        return None if job.alive() else ended_job_ending(job)
     if statedir.process_start_ticks(pid) is not None:
         return None  # it runs (or its pid was reused: then it ended, but we cannot tell when)
-    return f"pid {pid} died without a goodbye (it kept no black box to tell why)"
+    return killed(None, note="it kept no black box to tell why")
+
+
+def recorded_end_of(pid: int, host: str) -> Ending | None:
+    """How the job of `pid` ended as its black box records it, for a source that said goodbye:
+    None while the process runs, or where no black box of it is on this machine."""
+    if host != statedir.hostname() or statedir.process_start_ticks(pid) is not None:
+        return None  # elsewhere, or it runs (a reused pid: too late to tell)
+    job = statedir.find_job(str(pid))
+    if job is None or job.meta.host not in ("", host) or job.meta.ended is None or job.alive():
+        return None  # no black box, or its end not written yet
+    ended = job.meta.ended
+    if job.meta.how == "run" and ended.kind == "finished" and ended.exit_code is None:
+        return None  # `run`'s launcher is about to write the exit code, which may say a signal
+    return ended_job_ending(job)
 
 
 # ---- the post-mortem --------------------------------------------------------------------------
@@ -439,6 +469,7 @@ def postmortem_lines(recording: JobRecording, playback: Playback) -> list[str]:
              f"{fmt_duration(end - job.meta.started_at)} · ended: {ending.text}"]
     if ending.kind == "killed":
         lines.append(f"  {ending.sentence(job.pid)}")
+        lines.extend(f"    {line}" for line in ending.evidence)
     worker_line = killed_worker(job, recording)
     if worker_line is not None:
         lines.append(f"  {worker_line}")
@@ -502,5 +533,8 @@ class BlackBoxHistory:
         return [(f.received_at, f.frame) for f in recording.frames
                 if before - SEED_S <= f.received_at < before]
 
-    def death(self, pid: int, host: str) -> str | None:
+    def death(self, pid: int, host: str) -> Ending | None:
         return death_of(pid, host)
+
+    def ended(self, pid: int, host: str) -> Ending | None:
+        return recorded_end_of(pid, host)

@@ -11,6 +11,10 @@ they did for a viewer watching at its default refresh. Seeking back rebuilds the
 `REBUILD_S` before the point: everything a document shows rests on at most `HISTORY_S` (120 s) of
 reports, so the rebuilt figures are the same; only a finding's `since` cannot reach further back
 than that, and a source finished more than `REBUILD_S` before the point is no longer listed.
+
+A job's black box is played with the job's end (`ending`: `recording.blackbox.ending_of`): at the
+recording's end its sources end as the job did, as a viewer that watched it die would have said
+(docs/contract.md §9: one end per job, and the findings it makes, an OOM kill's).
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ import bisect
 
 from loadertop import wire
 from loadertop.client.document import Document
+from loadertop.client.ending import Ending
 from loadertop.client.model import HISTORY_S, Model
 from loadertop.recording.file import Frame, Recording
 
@@ -29,11 +34,13 @@ REBUILD_S = HISTORY_S + 30.0  # a seek further than this (back, or forward) rebu
 class Playback:
     """`document_at(t)`: the document as it stood at recording time `t` (Unix time)."""
 
-    def __init__(self, recording: Recording, *, window_s: float = 3.0) -> None:
+    def __init__(self, recording: Recording, *, window_s: float = 3.0,
+                 ending: tuple[int, Ending] | None = None) -> None:
         if not recording.frames:
             raise ValueError("a recording without frames")
         self.recording = recording
         self.window_s = window_s
+        self.ending = ending  # (pid, how its job ended), told its sources at the recording's end
         self.frames: list[Frame] = recording.frames
         self._times = [f.received_at for f in self.frames]
         self.ingested = 0  # frames fed to a model so far (a far seek feeds only REBUILD_S of them)
@@ -79,6 +86,11 @@ class Playback:
 
     def _advance(self, t: float) -> Document:
         self._feed_until(t)
+        if self.ending is not None and t >= self.end:
+            pid, ending = self.ending
+            for sid, state in self.model.sources.items():
+                if state.last is not None and state.last.pid == pid and state.ending is None:
+                    self.model.mark_ended(sid, ending)
         self._advanced = t
         self._document = self.model.advance(t)
         return self._document

@@ -55,7 +55,8 @@ def build(recording: Recording, playback: Playback, lead: Sequence[str] = ()) ->
     leads with, one line each (an ended job's black box: how it ended and the findings of its last
     minutes, `blackbox.postmortem_lines`)."""
     plots.require_matplotlib()
-    return html_report(recording, timeline(playback), lead)
+    ended = playback.ending[1].text if playback.ending is not None else None
+    return html_report(recording, timeline(playback), lead, ended)
 
 
 def _e(text: object) -> str:
@@ -84,7 +85,10 @@ def _colour_var(colour: str) -> str:
     return f'style="--c: {_e(colour)}"'
 
 
-def html_report(recording: Recording, timeline: Timeline, lead: Sequence[str] = ()) -> str:
+def html_report(recording: Recording, timeline: Timeline, lead: Sequence[str] = (),
+                ended: str | None = None) -> str:
+    """The page; `ended`, for a job's black box, how the job ended (`client.ending`'s words: the
+    header says it rather than how the recording's last file ended)."""
     start_words = _clock(timeline.start)
     names = ", ".join(dict.fromkeys(s.name for s in timeline.sources)) or "no loader"
     hosts = list(dict.fromkeys([s.host for s in timeline.sources] + timeline.machine.hosts))
@@ -101,7 +105,7 @@ def html_report(recording: Recording, timeline: Timeline, lead: Sequence[str] = 
         f"<h1>{_e(title)}</h1>",
         *(['<h2 id="end">How it ended</h2>', f'<pre class="summary">{_e(chr(10).join(lead))}</pre>']
            if lead else []),
-        _header(recording, timeline),
+        _header(recording, timeline, ended),
         _verdict_summary(timeline),
     ]
     for src in timeline.sources:
@@ -118,7 +122,7 @@ def html_report(recording: Recording, timeline: Timeline, lead: Sequence[str] = 
     return "\n".join(parts) + "\n"
 
 
-def _header(recording: Recording, timeline: Timeline) -> str:
+def _header(recording: Recording, timeline: Timeline, job_ended: str | None = None) -> str:
     header = recording.header
     rows: list[tuple[str, str]] = []
     for src in timeline.sources:
@@ -136,6 +140,8 @@ def _header(recording: Recording, timeline: Timeline) -> str:
              "max_size": "its --max-size was reached"}
     end = ended.get(recording.end_reason or "", recording.end_reason) if recording.end_reason else \
         "no end mark (the recorder was killed or still runs)"
+    if job_ended is not None:
+        end = job_ended  # a job's black box: one end per job (docs/contract.md §9)
     rows.append(("file", f"<code>{_e(recording.path)}</code>, {_e(_size(recording.size))}, "
                  f"{len(recording.frames)} messages; ended: {_e(end)}"))
     rows.append(("sampled", f"{timeline.documents} documents, one every {timeline.step_s:g} s, each "

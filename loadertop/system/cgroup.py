@@ -68,15 +68,27 @@ class Cgroup:
         name = "memory.max" if self.version == 2 else "memory.limit_in_bytes"
         return _smallest(parse_limit_bytes(_read_text(os.path.join(d, name))) for d in self.memory_dirs)
 
-    def mem_used_bytes(self) -> int | None:
-        """Memory charged to this cgroup, less inactive file cache (as `docker stats` counts it).
+    def mem_limit_dir(self) -> tuple[str, int] | None:
+        """The directory whose memory limit binds (the smallest along the chain) and that limit,
+        or None when there is none: its usage is what the limit is reached by."""
+        name = "memory.max" if self.version == 2 else "memory.limit_in_bytes"
+        found: tuple[str, int] | None = None
+        for directory in self.memory_dirs:
+            limit = parse_limit_bytes(_read_text(os.path.join(directory, name)))
+            if limit is not None and (found is None or limit < found[1]):
+                found = (directory, limit)
+        return found
+
+    def mem_used_bytes(self, directory: str | None = None) -> int | None:
+        """Memory charged to this cgroup (or to `directory`, one of its ancestors), less inactive
+        file cache (as `docker stats` counts it).
 
         Page cache that the kernel can drop on demand is charged to the cgroup but is not pressure;
         without subtracting it a container that read a big dataset once looks nearly full.
         """
         if not self.memory_dirs:
             return None
-        own = self.memory_dirs[0]
+        own = self.memory_dirs[0] if directory is None else directory
         if self.version == 2:
             usage_file, cache_key = "memory.current", "inactive_file"
         else:
@@ -90,6 +102,52 @@ class Cgroup:
         if inactive is None:
             inactive = stat_value(text, "inactive_file") or 0
         return usage - inactive if inactive < usage else usage
+
+
+# --- the OOM killer's traces ------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class OomCounts:
+    """The kernel's count of OOM kills in one memory cgroup: `kills` (v1 `memory.oom_control`
+    `oom_kill`, since Linux 4.13; v2 `memory.events` `oom_kill`) and, v2 only, `group_kills`
+    (`oom_group_kill`, since Linux 5.18: the cgroup killed whole, `memory.oom.group`). None where
+    the kernel keeps no such count or the file cannot be read (the cgroup removed)."""
+
+    kills: int | None = None
+    group_kills: int | None = None
+
+    def risen_since(self, before: OomCounts) -> OomCounts:
+        """The kills counted since `before` (None where either side is unknown)."""
+        return OomCounts(_difference(self.kills, before.kills),
+                         _difference(self.group_kills, before.group_kills))
+
+    def any(self) -> bool:
+        return bool(self.kills) or bool(self.group_kills)
+
+
+def oom_counts(directory: str, version: int | None) -> OomCounts:
+    """The OOM-kill counters of the memory cgroup `directory` now.
+
+    Which cgroup counts a kill: the victim's own (v1 counts there only; v2 also in every
+    ancestor's `memory.events`), whichever limit, or the machine's memory, set the killer off.
+    So a job's own innermost cgroup counts its processes' kills and nothing of its siblings'."""
+    text = _read_text(os.path.join(directory, "memory.events" if version == 2 else "memory.oom_control"))
+    if text is None:
+        return OomCounts()
+    return OomCounts(stat_value(text, "oom_kill"),
+                     stat_value(text, "oom_group_kill") if version == 2 else None)
+
+
+def peak_bytes(directory: str, version: int | None) -> int | None:
+    """The most memory ever charged to the cgroup (v1 `memory.max_usage_in_bytes`; v2
+    `memory.peak`, since Linux 5.19), None where it is not kept."""
+    name = "memory.peak" if version == 2 else "memory.max_usage_in_bytes"
+    return _parse_int(_read_text(os.path.join(directory, name)))
+
+
+def _difference(now: int | None, before: int | None) -> int | None:
+    return max(0, now - before) if now is not None and before is not None else None
 
 
 # --- parsers (pure) ---------------------------------------------------------------------------

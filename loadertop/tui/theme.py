@@ -50,6 +50,11 @@ from loadertop.views.palette import source_title as source_title
 
 # --------------------------------------------------------------------------- colours
 
+#: How a loop that did not just finish ended (`end.how`) → the mark and colour of the line that
+#: says it (the loader panel, the findings list): a stop by a signal is no failure.
+END_MARKS: dict[str, tuple[str, str]] = {"crashed": ("✖", BAD), "died": ("✖", BAD),
+                                         "stopped": ("■", WARN)}
+
 # --------------------------------------------------------------------------- findings
 
 #: Each finding kind (docs/contract.md §5) as the screen names it; the text report and the document keep
@@ -58,6 +63,7 @@ FINDING_WORDS: dict[FindingKind, str] = {
     "worker_hung": "worker hung",
     "loop_hung": "loop hung",
     "worker_died": "worker died",
+    "oom_killed": "OOM killed",
     "slow_worker": "slow worker",
     "copy_on_read": "copy-on-read",
     "memory_growth": "memory growth",

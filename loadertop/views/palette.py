@@ -82,10 +82,10 @@ def category_colour(category: str | None) -> str:
 
 
 #: Source states (docs/contract.md §3) → colour of the state word; "crashed" is a finished source whose
-#: loop ended with an exception, "died" a gone one whose process died without a goodbye
-#: (`views.text.shown_state`).
+#: loop (or process) ended with an exception, "stopped" one a signal ended, "died" a gone one whose
+#: process died without a goodbye (`views.text.shown_state`).
 STATE_COLOURS: dict[str, str] = {"running": OK, "waiting": WARN, "stalled": f"bold {BAD}",
-                                 "gone": BAD, "crashed": f"bold {BAD}",
+                                 "gone": BAD, "crashed": f"bold {BAD}", "stopped": WARN,
                                  "died": f"bold {BAD}"}
 
 

@@ -97,23 +97,21 @@ def time_shares(src: Source) -> TimeShares | None:
 
 def shown_state(src: Source) -> str:
     """The source's state as the screen and the report say it: "crashed" where an exception left
-    the loop's next(), "died" where its process died without a goodbye (`end.how`), else the
-    document's `state` (docs/contract.md §3)."""
-    if src.end is not None and src.end.how in ("crashed", "died"):
+    the loop's next() (or ended its process), "stopped" where a signal did, "died" where its
+    process died without a goodbye (`end.how`), else the document's `state` (docs/contract.md §3)."""
+    if src.end is not None and src.end.how in ("crashed", "stopped", "died"):
         return src.end.how
     return src.state
 
 
 def end_words(src: Source) -> str | None:
-    """"finished" / "crashed: RuntimeError: …" — how the loop ended, or None while it runs."""
+    """How the loop's job ended, in the words `loadertop ls` says it with (`end.ended`, made by
+    `client.ending` for every screen: "finished", "exception: RuntimeError: …", "signal: SIGTERM",
+    "killed: SIGKILL (OOM killer: …)"), or None while it runs."""
     end = src.end
     if end is None:
         return None
-    if end.how == "crashed":
-        return f"crashed: {end.error}" if end.error else "crashed"
-    if end.how == "died":
-        return end.error or "died without a goodbye"
-    return "finished"
+    return end.ended or end.error or end.how
 
 
 # --------------------------------------------------------------------------- stacks
@@ -355,6 +353,8 @@ def _source_lines(src: Source, with_verdict: bool) -> list[str]:
     if ended is not None and src.end is not None:
         at = f" at {_clock(src.end.at)}" if src.end.at is not None else ""
         out.append(f"  ended{at}: {ended}")
+        if src.end.how == "died" and src.end.error:  # what the viewer found, as §9 words it
+            out.append(f"    {src.end.error}")
     if src.findings:
         out.append(f"  findings ({len(src.findings)}):")
         for finding in src.findings:

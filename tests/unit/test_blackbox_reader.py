@@ -14,6 +14,7 @@ import msgspec
 import pytest
 
 from loadertop import statedir, wire
+from loadertop.client import ending as ending_words
 from loadertop.commands import ls as ls_command
 from loadertop.commands import snapshot
 from loadertop.recfile import RecordingWriter
@@ -27,11 +28,8 @@ MY_TICKS = statedir.process_start_ticks(os.getpid())
 
 
 @pytest.fixture
-def state(tmp_path, monkeypatch) -> Path:
-    directory = tmp_path / "state"
-    directory.mkdir(mode=0o700)
-    monkeypatch.setenv(statedir.LOADERTOP_STATE_DIR, str(directory))
-    return directory
+def state(private_state_dir) -> Path:
+    return private_state_dir
 
 
 def make_job(directory: Path, *, pid: int = 41234, started_at: float = T0 - 60, seconds: float = 30,
@@ -158,7 +156,7 @@ def test_the_last_memory_near_the_limit_makes_the_oom_killer_likely(state, tmp_p
     ending = blackbox.ending_of(job, blackbox.read_job(job))
     assert ending.text == ("killed: SIGKILL (OOM killer: likely — memory was at 1.03 GiB of the "
                            "cgroup's 1.1 GiB limit)")
-    assert not ending.oom
+    assert ending.oom == "likely"  # not counted: the cgroup is gone
 
 
 def test_last_is_the_newest_ended_job_and_a_pid_its_newest_job(state):
@@ -338,8 +336,15 @@ def test_a_viewer_says_at_once_that_its_trainer_died(state, tmp_path):
             "1.1 GiB was reached")
     assert src.state == "gone" and src.end is not None and src.end.how == "died"
     assert src.end.error == said
-    assert "is the trainer running" not in render_text(doc)
-    assert f"ended at {time.strftime('%H:%M:%S', time.localtime(T0))}: {said}" in render_text(doc)
+    text = render_text(doc)
+    assert "is the trainer running" not in text
+    # The source's block says the job's end in the words `ls` says it with (one end per job)
+    ended = "killed: SIGKILL (OOM killer: its cgroup's limit 1.1 GiB was reached)"
+    assert src.end.ended == ended
+    assert f"ended at {time.strftime('%H:%M:%S', time.localtime(T0))}: {ended}" in text
+    assert [f.kind for f in doc.findings] == ["oom_killed"]
+    assert doc.findings[0].summary == "the training process (pid 41234) was killed by the kernel's OOM killer"
+    assert doc.findings[0].evidence == (said,)
 
 
 def test_report_last_leads_with_the_end_and_replay_names_it(state, tmp_path):
@@ -429,3 +434,132 @@ def test_the_end_of_a_run_is_read_from_its_recent_segments_alone(state):
 def test_a_command_is_said_on_one_line_and_never_as_terminal_controls(state):
     job = make_job(state, argv=("python", "-c", "import torch\nfor b in dl:\n    pass", "\x1b[2Jx"))
     assert blackbox.command_of(job) == "python -c import torch for b in dl: pass ?[2Jx"
+
+
+# ---- one end per job (issue 50 §2): the same words on every screen --------------------------------
+
+
+@pytest.mark.parametrize(("ending", "text"), [
+    (ending_words.finished(T0, 128 + 15), "signal: SIGTERM"),  # a handler's SystemExit(143)
+    (ending_words.finished(T0, 130), "signal: SIGINT"),
+    (ending_words.finished(T0, 3), "finished (exit code 3)"),
+    (ending_words.finished(T0, 255), "finished (exit code 255)"),  # 127 names no signal
+    (ending_words.raised("SystemExit", "143"), "signal: SIGTERM"),
+    (ending_words.raised("SystemExit", ""), "finished"),
+    (ending_words.raised("SystemExit", "bye"), "finished (exit code 1)"),
+    (ending_words.raised("KeyboardInterrupt", ""), "signal: SIGINT"),
+    (ending_words.raised("RuntimeError", "boom\n  at x"), "exception: RuntimeError: boom at x"),
+])
+def test_an_end_is_said_in_one_set_of_words(ending, text):
+    assert ending.text == text
+
+
+def test_a_loop_stopped_by_a_signal_reads_as_the_signal_not_a_crash():
+    from loadertop.client.model import Model
+    from loadertop.views.text import render_text, shown_state
+
+    from fakes import goodbye, loader_report
+
+    model = Model(window_s=3.0)
+    error = wire.LoopError(type="SystemExit", message="143", at=1_700_000_001.0)
+    model.ingest(loader_report(error=error), 1_700_000_001.0)
+    model.ingest(goodbye(error=error), 1_700_000_002.0)
+    (src,) = model.advance(1_700_000_002.0).sources
+    assert src.end is not None
+    assert (src.end.how, src.end.ended, src.end.error) == ("stopped", "signal: SIGTERM", "SystemExit: 143")
+    assert shown_state(src) == "stopped"
+    text = render_text(model.document())
+    assert "ended at " in text and text.count(": signal: SIGTERM") == 1
+    assert "crashed" not in text
+
+
+def test_a_job_stopped_by_sigterm_reads_the_same_in_its_header_its_blocks_and_ls(state, capsys):
+    # `loadertop demo` then q (issue 50 §2): the job's SIGTERM handler raised SystemExit(143) as
+    # its loop waited in next(); the probe saw it leave next() and recorded the exit code it
+    # means (run's launcher, where there is one, records it too).
+    loader = LoaderSim(pid=41234, host=HOST)
+    job = make_job(state, loader=loader, ended=statedir.Ended(kind="finished", at=T0, exit_code=143))
+    error = wire.LoopError(type="SystemExit", message="143", at=T0 - 29)
+    writer = RecordingWriter(str(state / f"{job.stem}.999{statedir.RECORDING_SUFFIX}"), mode=0o600)
+    writer.add(wire.encode(msgspec.structs.replace(loader.report(T0 - 29, T0 - 29), error=error)), T0 - 29)
+    writer.add(wire.encode(wire.Goodbye(source=loader.source, seq=10**6, sent_at=T0 - 29,
+                                        error=error)), T0 - 29)
+    writer.close()
+    assert ls_command.main(["--json"]) == 0
+    assert json.loads(capsys.readouterr().out)[0]["ended"] == "signal: SIGTERM"
+    assert snapshot.main(["--from", "last"]) == 0
+    out = capsys.readouterr().out
+    assert out.splitlines()[0].endswith("ended: signal: SIGTERM")
+    blocks = [line for line in out.splitlines() if line.startswith("  ended at ")]
+    assert blocks and all(line.endswith(": signal: SIGTERM") for line in blocks), out
+    assert "crashed" not in out and "finished" not in out
+    assert snapshot.main(["--from", "last", "--json"]) == 0
+    (src,) = json.loads(capsys.readouterr().out)["sources"]
+    assert (src["end"]["how"], src["end"]["ended"]) == ("stopped", "signal: SIGTERM")
+
+
+def test_a_viewer_whose_trainer_said_goodbye_says_the_end_its_black_box_records(state):
+    # The goodbye said "finished"; `run`'s launcher then recorded exit code 143 (SIGTERM, turned
+    # into SystemExit by a handler in the training step): the viewer says what `ls` will say.
+    from loadertop.client.model import Model
+    from loadertop.client.subscriber import SILENT_S, Subscriber
+
+    loader = LoaderSim(pid=41234, host=HOST)
+    make_job(state, ended=statedir.Ended(kind="finished", at=T0, exit_code=143, recorded_by="process"))
+    now = [T0]
+    sub = Subscriber(Model(window_s=3.0), [], discover=False, history=blackbox.BlackBoxHistory(),
+                     clock=lambda: now[0])
+    try:
+        sub.model.ingest(loader.report(T0, T0), T0)
+        sub.model.ingest(wire.Goodbye(source=loader.source, seq=10**6, sent_at=T0), T0)
+        assert sub.model.advance(T0).sources[0].end.ended == "finished"  # type: ignore[union-attr]
+        now[0] = T0 + SILENT_S
+        sub._check_deaths()
+        (src,) = sub.model.advance(now[0]).sources
+    finally:
+        sub.close()
+    assert src.end is not None and (src.end.how, src.end.ended) == ("stopped", "signal: SIGTERM")
+    assert src.state == "finished"  # the document's state: it said goodbye (docs/contract.md §3)
+
+
+def test_the_report_of_a_job_says_its_one_end(state, tmp_path):
+    import importlib.util
+
+    from loadertop.commands import report
+
+    from recorded import needed
+
+    needed(importlib.util.find_spec("matplotlib"),
+           "matplotlib is not installed (pip install 'loadertop[report]')")
+    make_job(state, ended=statedir.Ended(kind="finished", at=T0, exit_code=143, recorded_by="launcher"))
+    out = tmp_path / "last.html"
+    assert report.main(["last", "-o", str(out)]) == 0
+    page = out.read_text()
+    assert "ended: signal: SIGTERM" in page  # the lead, the file row and the source's block
+    assert "ended: finished" not in page and ": finished<" not in page
+
+
+# ---- snapshot --json with no live job (issue 50 §3) ---------------------------------------------
+
+
+def test_snapshot_json_with_no_live_job_prints_a_document_naming_the_last_job(state, tmp_path,
+                                                                              monkeypatch, capsys):
+    from loadertop.client.document import decode_json
+
+    monkeypatch.setenv("LOADERTOP_DIR", str(tmp_path / "runtime"))  # no job runs there
+    make_job(state, pid=31, ended=statedir.Ended(kind="signal", at=T0, signal="SIGTERM"))
+    assert ls_command.main(["--json"]) == 0
+    (listed,) = json.loads(capsys.readouterr().out)
+    assert snapshot.main(["--json", "--seconds", "0.2"]) == 1  # as before: nothing live
+    out, err = capsys.readouterr()
+    doc = json.loads(out)
+    assert doc["sources"] == [] and doc["last_job"] == listed
+    assert decode_json(out).last_job is not None  # the document's types hold it
+    assert err.startswith("loadertop: no instrumented process running; the last job, pid 31 ")
+
+
+def test_snapshot_json_with_no_job_at_all_says_null(state, tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("LOADERTOP_DIR", str(tmp_path / "runtime"))
+    assert snapshot.main(["--json", "--seconds", "0.2"]) == 1
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["sources"] == [] and doc["last_job"] is None

@@ -14,7 +14,7 @@ from loadertop import statedir, wire
 from loadertop.probe import blackbox
 from loadertop.recording.file import read
 
-from fakes import loader_report, system_report
+from fakes import goodbye, loader_report, system_report
 
 
 def _box(directory: Path, budget: int = blackbox.BUDGET_BYTES) -> blackbox.BlackBox:
@@ -108,7 +108,20 @@ def test_an_uncaught_exception_names_the_users_innermost_frame(monkeypatch):
     assert ended.frame is not None and ended.frame.endswith("in users_step")
     assert "test_blackbox_thread.py:" in ended.frame
     monkeypatch.setattr(sys, "last_value", SystemExit(3), raising=False)
-    assert blackbox.how_it_ended().kind == "finished"
+    assert (blackbox.how_it_ended().kind, blackbox.how_it_ended().exit_code) == ("finished", 3)
+
+
+def test_a_system_exit_out_of_next_is_the_exit_code_the_process_ends_with(tmp_path, monkeypatch):
+    # A SIGTERM handler raising SystemExit(143) while the loop waits for a batch (issue 50 §2):
+    # CPython keeps an uncaught SystemExit nowhere atexit can read, but the goodbye carried it.
+    monkeypatch.delattr(sys, "last_value", raising=False)
+    box = _box(tmp_path)
+    error = wire.LoopError(type="SystemExit", message="143", at=1_700_000_001.0)
+    bye = goodbye(error=error)
+    box.add(wire.encode(bye), bye)
+    box.finish()
+    assert box._ended is not None and (box._ended.kind, box._ended.exit_code) == ("finished", 143)
+    assert blackbox.how_it_ended().exit_code is None  # no such exception: the code is not known
 
 
 def test_a_state_dir_it_cannot_use_turns_it_off_with_one_line(tmp_path, capsys):
@@ -139,7 +152,7 @@ from pathlib import Path
 sys.path.insert(0, {str(Path(__file__).parent.parent)!r})
 from loadertop import wire
 from loadertop.probe import blackbox
-from fakes import loader_report, system_report
+from fakes import goodbye, loader_report, system_report
 box = blackbox.BlackBox(Path({str(tmp_path / "state")!r}), pid=os.getpid(), started_at=1.7e9,
                         how="run", budget=20000)
 messages = [loader_report(seq=i, sent_at=1.7e9 + i) for i in range(3000)] + [system_report()]

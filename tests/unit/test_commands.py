@@ -250,7 +250,7 @@ def test_report_says_how_the_loop_ended():
     crashed = _report_lines(fakes.killed_worker_doc())
     assert crashed[_index(crashed, "train · ")].split(" · ")[2] == "crashed"
     assert _after(crashed, "ended at ")[0].endswith(
-        ": crashed: RuntimeError: DataLoader worker (pid 4321) is killed by signal: Killed.")
+        ": exception: RuntimeError: DataLoader worker (pid 4321) is killed by signal: Killed.")
     died = _after(crashed, "CRITICAL worker_died")
     assert "worker 2 (pid 4321) died: killed by SIGKILL (signal 9), most likely the OOM killer" in died[0]
     finished = _report_lines(fakes.finished_doc())

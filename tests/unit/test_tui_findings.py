@@ -220,8 +220,9 @@ def test_the_list_says_how_a_loop_crashed():
         await pilot.press("e")
         await pilot.pause()
         lines = app.screen.body.text().splitlines()
-        assert lines[0] == ("✖ train crashed: RuntimeError: DataLoader worker (pid 4321) is killed "
-                            "by signal: Killed.")
+        # the job's end in the words of `loadertop ls` (client/ending.py: one end per job)
+        assert lines[0] == ("✖ train ended: exception: RuntimeError: DataLoader worker (pid 4321) is "
+                            "killed by signal: Killed.")
         assert lines[2].startswith("✖ CRITICAL  worker died · train · worker 2")
         assert any("SIGKILL" in line and "OOM killer" in line for line in lines)
 
@@ -250,7 +251,7 @@ def test_crashed_loop_shows_in_the_loader_panel():
         async def body(app, pilot):
             lines = lines_of(app.query_one(LoaderPanel))
             assert lines[0].startswith("crashed  batch")
-            error = "✖ RuntimeError: DataLoader worker (pid 4321) is killed by signal: Killed."
+            error = "✖ exception: RuntimeError: DataLoader worker (pid 4321) is killed by signal: Killed."
             if app.compact:  # one row, as much of it as fits
                 assert lines[1] == error
             else:  # wrapped under the state line in a 70-column panel

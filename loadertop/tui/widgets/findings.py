@@ -29,8 +29,8 @@ from loadertop.client.document import FINDING_KINDS, SEVERITIES, Document, Findi
 from loadertop.client.units import fmt_duration
 from loadertop.tui.theme import (
     ACCENT,
-    BAD,
     DIM,
+    END_MARKS,
     HANG_KINDS,
     finding_words,
     severity_style,
@@ -314,9 +314,10 @@ class FindingsList(LineWidget):
         by_id = {s.id: s for s in sources}
         for source in sources:
             ended = end_words(source)
-            if source.end is not None and source.end.how in ("crashed", "died") and ended:
-                out += graphics.wrap(((f"✖ {labels[source.id]} ", f"bold {BAD}"), (ended, BAD)),
-                                     width, indent=2)
+            if source.end is not None and source.end.how in END_MARKS and ended:
+                mark, colour = END_MARKS[source.end.how]
+                out += graphics.wrap(((f"{mark} {labels[source.id]} ended: ", f"bold {colour}"),
+                                      (ended, colour)), width, indent=2)
         findings = doc.findings if doc is not None else ()
         if out:
             out.append(())

@@ -14,6 +14,7 @@ from loadertop.tui.theme import (
     BAD,
     BLOCKED_SHOW_MS,
     DIM,
+    END_MARKS,
     STAGE_PARTS,
     STATE_COLOURS,
     category_style,
@@ -29,6 +30,7 @@ from loadertop.views.text import (
     TimeShares,
     autotune_words,
     earlier_settings_words,
+    end_words,
     process_cpu_words,
     shown_state,
     time_shares,
@@ -131,13 +133,15 @@ class LoaderPanel(Panel):
     # ------------------------------------------------------------------ pieces
 
     def _end_lines(self, src: Source, width: int) -> list[Line]:
-        """How a crashed loop ended, under the state line's "crashed": "✖ RuntimeError: DataLoader
-        worker (pid 4321) is killed by signal: Killed." (wide: wrapped onto a second row where
-        needed)."""
+        """How the loop's job ended, under the state line's "crashed", "stopped" or "died", in the
+        words of `loadertop ls`: "✖ exception: RuntimeError: DataLoader worker (pid 4321) is
+        killed by signal: Killed." (wide: wrapped onto a second row where needed)."""
         end = src.end
-        if end is None or end.how not in ("crashed", "died"):
+        words = end_words(src)
+        if end is None or end.how not in END_MARKS or not words:
             return []
-        line: Line = (("✖ ", f"bold {BAD}"), (end.error or "an exception left next()", BAD))
+        mark, colour = END_MARKS[end.how]
+        line: Line = ((f"{mark} ", f"bold {colour}"), (words, colour))
         if self.compact:
             return [line]
         return graphics.wrap(line, width, indent=2)[:2]
