@@ -300,6 +300,10 @@ class EpochTuner:
         self._settled_rate = setting.rate if setting is not None else None
         gain = self.gain()
         told = f", {gain:+.0%} over the program's {self.program_num_workers}" if gain is not None else ""
+        if self.memory_cap is not None and n >= self.memory_cap and self.memory_why \
+                and "memory" not in why:
+            why = f"{why}; " if why else ""
+            why += f"memory: {self.memory_why}"
         return self._set(n, f"settled on {n} workers{told}" + (f" ({why})" if why else ""))
 
     def _watch_settled(self, setting: Setting, rate: float, seconds: float) -> int:

@@ -491,13 +491,14 @@ class LoaderTuner:
         """A switch with its gain, once both counts are measured."""
         if switch.gain is not None:
             return switch
-        before, after = self._rate(switch.from_workers), self._rate(switch.to_workers)
-        if not before or not after:
+        before, after = (self.tuner.tried.get(n) for n in (switch.from_workers, switch.to_workers))
+        if before is None or after is None or not before.rate or after.rate is None or \
+                not (after.measured() or after.can_tell()):
             return switch
         gained = wire.AutotuneSwitch(epoch=switch.epoch, batch=switch.batch,
                                      from_workers=switch.from_workers,
                                      to_workers=switch.to_workers, reason=switch.reason,
-                                     gain=after / before - 1)
+                                     gain=after.rate / before.rate - 1)
         self._switches = deque((gained if s is switch else s for s in self._switches),
                                maxlen=SWITCH_LOG)
         return gained

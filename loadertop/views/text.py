@@ -235,6 +235,22 @@ def autotune_words(src: Source) -> str | None:
     return words
 
 
+def switch_words(src: Source) -> str | None:
+    """`run --autotune`'s latest switch inside an epoch, e.g. "2 → 4 workers at batch 1,234 of
+    epoch 0: +88 %" (the gain once both counts are measured), and how many there were; None
+    where there was none."""
+    tune = src.autotune
+    if tune is None or not tune.switches:
+        return None
+    last = tune.switches[-1]
+    words = f"{last.from_workers} → {last.to_workers} workers at batch {last.batch:,} of epoch {last.epoch}"
+    if last.gain is not None:
+        words += f": {last.gain:+.0%}".replace("%", " %")
+    if tune.switch_count > 1:
+        words += f" ({tune.switch_count} switches)"
+    return words
+
+
 def _stats(stats: Stats | None) -> str:
     if stats is None:
         return MISSING
@@ -304,6 +320,9 @@ def _source_lines(src: Source, with_verdict: bool) -> list[str]:
     if tuned is not None and src.autotune is not None:
         out.append(f"  {tuned}")
         out.append(f"    why: {src.autotune.reason}")
+        switched = switch_words(src)
+        if switched is not None:
+            out.append(f"    last switch: {switched}")
     if src.earlier_settings:
         out.append("  earlier in this run: " + earlier_settings_words(src))
     fetch = src.loop.fetch_ms
