@@ -24,6 +24,11 @@ with epochs in place of whole runs:
   the pick's rate by more than the noise (and 5 %), explore again from the current count;
 * **memory**: no count above `memory_cap` (the probe's prediction from the workers' measured
   memory) is tried;
+* **prefetch_factor**: where most measurements of the settled count found its workers idle while
+  the loop waited (`Epoch.starved`: with in-order batches a slow batch holds the loop, and the
+  others' workers finish their `prefetch_factor` tasks and wait for more), its prefetch_factor is
+  doubled, up to `PREFETCH_MAX`, while a doubling gains GAIN_MIN beyond the noise; one that does
+  not is undone;
 * **back off** at once on memory pressure: to the best count measured below, and no count from
   the one that pressed upward is tried again in the run; a count whose workers could not start is
   reverted and not tried again.
@@ -49,6 +54,12 @@ NOISE_TARGET = GAIN_MIN / NOISE_SIGMAS / math.sqrt(2)
 WATCH_MIN_S = 2.0  # a settled count's watch period, doubling while the rate holds ...
 WATCH_MAX_S = 32.0  # ... up to this
 EXPLORE_RUNWAY = 4.0  # a trial inside an epoch needs this many times its cost and measuring left
+PREFETCH_MAX = 8  # prefetch_factor is doubled up to this
+# A measurement is "starved" where the loop waited at least STARVED_WAIT of the time while the
+# workers were busy at most STARVED_BUSY of theirs (the probe's figures: the loop's waits, the
+# workers' fetch times).
+STARVED_WAIT = 0.10
+STARVED_BUSY = 0.80
 
 EXPLORING = "exploring"
 SETTLED = "settled"
@@ -64,6 +75,7 @@ class Setting:
     seconds: float = 0.0
     note: str | None = None  # "memory" or "failed": never tried again
     windows: int = 0  # of `rates`, those of windows inside an epoch
+    starved: int = 0  # of `rates`, those whose workers idled while the loop waited
 
     @property
     def epochs(self) -> int:
@@ -107,6 +119,8 @@ class Epoch:
     batches: int
     memory_pressure: str | None = None  # why, when the machine ran short during it
     window: bool = False
+    prefetch_factor: int | None = None  # the iterator's (None: not told)
+    starved: bool = False  # the workers idled while the loop waited (see STARVED_WAIT)
 
 
 def worth_switching(rate_now: float, rate_then: float | None, remaining_s: float,
@@ -131,8 +145,15 @@ class EpochTuner:
     """The decision state of one loader. `observe` takes each ended epoch; `num_workers` is the
     count the next epoch gets."""
 
-    def __init__(self, program_num_workers: int, max_workers: int) -> None:
+    def __init__(self, program_num_workers: int, max_workers: int,
+                 program_prefetch_factor: int | None = None) -> None:
         self.program_num_workers = program_num_workers
+        self.program_prefetch_factor = program_prefetch_factor
+        self.prefetch_factor = program_prefetch_factor  # the one the loader gets next
+        self._prefetch_trial: Setting | None = None  # measurements at a doubled prefetch_factor
+        self._prefetch_base: Setting | None = None  # ... and at the one before it
+        self._prefetch_rejected: set[int] = set()  # doublings that gained nothing
+        self.prefetch_gains: dict[int, float] = {}  # a doubling to this prefetch_factor: its gain
         self.max_workers = max(max_workers, program_num_workers)
         self.num_workers = program_num_workers
         self.state = EXPLORING
@@ -165,14 +186,26 @@ class EpochTuner:
                  and s.rate is not None and s.rate >= best.rate * (1 - GAIN_MIN)]
         return min(close, key=lambda s: s.num_workers, default=best)
 
+    def pick_rate(self) -> float | None:
+        """The pick's rate, with the prefetch_factor kept for it where one was (see
+        `_prefetch_step`)."""
+        pick = self.pick()
+        if pick is None:
+            return None
+        base = self._prefetch_base
+        if (base is not None and base is not pick and base.num_workers == pick.num_workers
+                and self.prefetch_factor != self.program_prefetch_factor and base.rate):
+            return base.rate
+        return pick.rate
+
     def gain(self) -> float | None:
         """The pick's rate over the program's own count's, as a fraction (0.5 = +50 %)."""
         own = self.tried.get(self.program_num_workers)
         own_rate = own.rate if own is not None and own.rate else self.program_rate
-        pick = self.pick()
-        if not own_rate or pick is None or pick.rate is None:
+        rate = self.pick_rate()
+        if not own_rate or rate is None:
             return None
-        return pick.rate / own_rate - 1
+        return rate / own_rate - 1
 
     def epoch_noise(self) -> float:
         """How much one epoch's rate scatters, relative to its count's mean: the pooled standard
@@ -204,9 +237,13 @@ class EpochTuner:
         n = epoch.num_workers
         if epoch.memory_pressure is not None:
             return self._back_off(n, epoch.memory_pressure)
-        if epoch.batches < MIN_BATCHES or epoch.seconds <= 0 or n != self.num_workers:
-            return self.num_workers  # too short to judge, or not the count we set
+        if epoch.batches < MIN_BATCHES or epoch.seconds <= 0 or n != self.num_workers or (
+                None not in (epoch.prefetch_factor, self.prefetch_factor)
+                and epoch.prefetch_factor != self.prefetch_factor):
+            return self.num_workers  # too short to judge, or not the setting we set
         rate = epoch.samples / epoch.seconds
+        if self._prefetch_trial is not None:
+            return self._prefetch_step(epoch, rate)
         setting = self.tried.setdefault(n, Setting(n))
         if self.state == BACKING_OFF:  # the first measurement at the count backed off to: stay
             reason = self.reason
@@ -216,9 +253,7 @@ class EpochTuner:
             if epoch.window:
                 return self._watch_window(setting, epoch)
             return self._watch_settled(setting, rate, epoch.seconds)
-        setting.rates.append(rate)
-        setting.seconds += epoch.seconds
-        setting.windows += epoch.window
+        _add(setting, epoch, rate)
         if not setting.measured() and not self._decided(setting):
             if epoch.window:
                 self.reason = f"measuring {n} workers ({setting.seconds:.1f} s)"
@@ -229,17 +264,55 @@ class EpochTuner:
             return self._climb(setting)
         return self._refine()
 
-    def _decided(self, setting: Setting) -> bool:
-        """Inside an epoch, a climbing step whose gain over the count it climbed from is already
-        clear either way — at least GAIN_MIN by more than NOISE_SIGMAS noises, or short of it by
-        as much — needs no more measuring (a big step is seen in a few windows)."""
-        base = self.tried.get(self._climb_from) if self._climb_from is not None else None
-        if not (self._climbing and setting.can_tell() and base is not None and base.rate
-                and setting.rate is not None):
+    def _decided(self, setting: Setting, base: Setting | None = None) -> bool:
+        """Inside an epoch, a step whose gain over the setting it is judged against (the count
+        a climbing step climbed from, or `base`) is already clear either way — at least GAIN_MIN
+        by more than NOISE_SIGMAS noises, or short of it by as much — needs no more measuring (a
+        big step is seen in a few windows)."""
+        if base is None and self._climbing and self._climb_from is not None:
+            base = self.tried.get(self._climb_from)
+        if not (setting.can_tell() and base is not None and base.rate and setting.rate is not None):
             return False
         gain = setting.rate / base.rate - 1
         margin = NOISE_SIGMAS * math.hypot(setting.noise, base.noise)
         return gain - margin >= GAIN_MIN or gain + margin < GAIN_MIN
+
+    # ------------------------------------------------------------------ prefetch_factor
+    def _wants_prefetch(self, setting: Setting | None) -> bool:
+        pf = self.prefetch_factor
+        return (pf is not None and setting is not None and setting.epochs > 0
+                and 2 * setting.starved > setting.epochs and 2 * pf <= PREFETCH_MAX
+                and 2 * pf not in self._prefetch_rejected)
+
+    def _start_prefetch(self, n: int, base: Setting) -> int:
+        """Try the settled count with its prefetch_factor doubled."""
+        assert self.prefetch_factor is not None  # _wants_prefetch
+        self._prefetch_base = base
+        self.prefetch_factor *= 2
+        self._prefetch_trial = Setting(n)
+        self.state = EXPLORING
+        return self._set(n, f"{n} workers idle while the loop waits for a batch: trying "
+                            f"prefetch_factor {self.prefetch_factor}")
+
+    def _prefetch_step(self, epoch: Epoch, rate: float) -> int:
+        trial, base = self._prefetch_trial, self._prefetch_base
+        assert trial is not None and base is not None and self.prefetch_factor is not None
+        n, pf = trial.num_workers, self.prefetch_factor
+        _add(trial, epoch, rate)
+        if not trial.measured() and not self._decided(trial, base):
+            self.reason = f"measuring prefetch_factor {pf} at {n} workers"
+            return n
+        self._prefetch_trial = None
+        gain = (trial.rate or 0.0) / (base.rate or 1.0) - 1
+        self.prefetch_gains[pf] = gain
+        if gain >= GAIN_MIN and gain > NOISE_SIGMAS * math.hypot(trial.noise, base.noise):
+            self._prefetch_base = trial
+            return self._settle(n, f"prefetch_factor {pf} gained {gain:+.0%} over {pf // 2}",
+                                trial)
+        self._prefetch_rejected.add(pf)
+        self.prefetch_factor = pf // 2
+        return self._settle(n, f"prefetch_factor {pf} gained {gain:+.0%}: back to {pf // 2}",
+                            base)
 
     def failed_to_start(self, n: int, previous: int) -> int:
         """The workers of count `n` could not start: it is reverted, never tried again."""
@@ -291,12 +364,14 @@ class EpochTuner:
             return self._set(candidate, f"{prefix}refining around {p}: trying {candidate}")
         return self._settle(p, why)
 
-    def _settle(self, n: int, why: str) -> int:
+    def _settle(self, n: int, why: str, setting: Setting | None = None) -> int:
+        """Settle on `n` (measured as `setting`: by default its entry in `tried`); then, where
+        its workers idled while the loop waited, try a larger prefetch_factor."""
         self.state = SETTLED
         self._watch = []
         self._watch_period = WATCH_MIN_S
         self._watch_acc = (0.0, 0.0)
-        setting = self.tried.get(n)
+        setting = setting if setting is not None else self.tried.get(n)
         self._settled_rate = setting.rate if setting is not None else None
         gain = self.gain()
         told = f", {gain:+.0%} over the program's {self.program_num_workers}" if gain is not None else ""
@@ -304,7 +379,12 @@ class EpochTuner:
                 and "memory" not in why:
             why = f"{why}; " if why else ""
             why += f"memory: {self.memory_why}"
-        return self._set(n, f"settled on {n} workers{told}" + (f" ({why})" if why else ""))
+        if self.prefetch_factor != self.program_prefetch_factor:
+            told += f", prefetch_factor {self.prefetch_factor}"
+        settled = self._set(n, f"settled on {n} workers{told}" + (f" ({why})" if why else ""))
+        if self._wants_prefetch(setting):
+            return self._start_prefetch(n, setting)  # type: ignore[arg-type]  # not None
+        return settled
 
     def _watch_settled(self, setting: Setting, rate: float, seconds: float) -> int:
         n = setting.num_workers
@@ -326,6 +406,7 @@ class EpochTuner:
         if own is not None and own.rate and self.program_rate is None:
             self.program_rate = own.rate  # the gain stays told against the program's own count
         self.tried = kept
+        self._prefetch_rejected = set()  # what a doubling of prefetch_factor gains changed too
         fresh = self.tried.setdefault(n, Setting(n))
         fresh.rates = list(self._watch)
         fresh.seconds = seconds * len(self._watch)
@@ -365,9 +446,21 @@ class EpochTuner:
             target = max(below, key=lambda s: s.rate or 0.0).num_workers
         else:
             target = max(1, n - 1)
+        if self.prefetch_factor != self.program_prefetch_factor:  # more batches in flight: undone
+            if self.prefetch_factor is not None:
+                self._prefetch_rejected.add(self.prefetch_factor)
+            self.prefetch_factor = self.program_prefetch_factor
+        self._prefetch_trial = None
         self.state = BACKING_OFF
         self._climbing = False
         self.num_workers = target
         self.reason = (f"memory pressure at {n} workers ({why}): back to {target}, "
                        f"{n} and more not tried again")
         return target
+
+
+def _add(setting: Setting, epoch: Epoch, rate: float) -> None:
+    setting.rates.append(rate)
+    setting.seconds += epoch.seconds
+    setting.windows += epoch.window
+    setting.starved += epoch.starved

@@ -230,6 +230,7 @@ class AutotuneSwitch(msgspec.Struct, frozen=True, gc=False):
     to_workers: Count = msgspec.field(name="to")
     reason: Text = ""
     gain: float | None = None  # the new count's rate over the old one's, once both are measured
+    prefetch_factor: Count | None = None  # the new iterator's, where the switch changed it
 
 
 class AutotuneReport(msgspec.Struct, frozen=True, gc=False):
@@ -247,6 +248,9 @@ class AutotuneReport(msgspec.Struct, frozen=True, gc=False):
     switches: Annotated[tuple[AutotuneSwitch, ...], Meta(max_length=64)] = ()
     switch_count: Count = 0
     fixed: ShortText | None = None
+    # prefetch_factor: the one the loader gets now, and the program's (None without workers)
+    prefetch_factor: Count | None = None
+    program_prefetch_factor: Count | None = None
 
 
 class LoaderReport(msgspec.Struct, frozen=True, gc=False, tag="loader"):

@@ -195,6 +195,7 @@ class AutotuneSwitchFigures(_Figures, frozen=True, kw_only=True):
     to_workers: Count = msgspec.field(name="to")
     reason: str
     gain: float | None = None  # the new count's rate over the old one's, once both are measured
+    prefetch_factor: Count | None = None  # the new iterator's, where the switch changed it
 
 
 class AutotuneFigures(_Figures, frozen=True, kw_only=True):
@@ -210,6 +211,8 @@ class AutotuneFigures(_Figures, frozen=True, kw_only=True):
     switches: tuple[AutotuneSwitchFigures, ...] = ()  # inside epochs, the latest (up to 64)
     switch_count: Count = 0  # ... and how many there were in all
     fixed: str | None = None  # why the count changes only between epochs (None: it may inside)
+    prefetch_factor: Count | None = None  # the one the loader gets now ...
+    program_prefetch_factor: Count | None = None  # ... and the program's
 
 
 class SettingFigures(_Figures, frozen=True, kw_only=True):

@@ -687,6 +687,9 @@ def _autotune(report: wire.AutotuneReport | None) -> AutotuneFigures | None:
         reason=report.reason,
         switches=tuple(AutotuneSwitchFigures(
             epoch=s.epoch, batch=s.batch, from_workers=s.from_workers, to_workers=s.to_workers,
-            reason=s.reason, gain=round(s.gain, 4) if s.gain is not None else None)
+            reason=s.reason, gain=round(s.gain, 4) if s.gain is not None else None,
+            prefetch_factor=s.prefetch_factor)
             for s in report.switches),
-        switch_count=report.switch_count, fixed=report.fixed)
+        switch_count=report.switch_count, fixed=report.fixed,
+        prefetch_factor=report.prefetch_factor,
+        program_prefetch_factor=report.program_prefetch_factor)

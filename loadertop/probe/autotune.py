@@ -37,16 +37,16 @@ from collections import deque
 from collections.abc import Callable, Mapping
 from typing import Any
 
+import msgspec
+
 from loadertop import autotune, environment, wire
 from loadertop.probe import torch_internals
 from loadertop.probe.tuner_memory import MemoryPlan, memory_short, swap_pages
+from loadertop.probe.tuner_windows import Windows
 from loadertop.probe.worker_switch import Switch, why_not_switchable
 
 MAX_WORKERS_PER_CORE = 4  # the highest count tried: this many per core (I/O-bound loaders wait)
 MAX_WORKERS_FLOOR = 8
-WINDOW_S = 0.5  # a measurement window inside an epoch: at least this long ...
-WINDOW_MIN_BATCHES = 8  # ... and this many batches
-SWITCH_COST_S = 0.5  # a switch's cost before one was measured (and no epoch's warm-up either)
 SWITCH_LOG = 64  # the switches a report carries (the latest)
 
 
@@ -55,22 +55,6 @@ def _cores() -> int:
         return len(os.sched_getaffinity(0))
     except (AttributeError, OSError):
         return os.cpu_count() or 1
-
-
-class _Segment:
-    """Inside one epoch, a stretch at one count (publisher thread): from `from_ns` (the epoch's
-    `iter()`, or the end of the switch that started it) it waits out a round of batches (its
-    warm-up), then measures windows from `mark`."""
-
-    __slots__ = ("key", "base", "start", "mark", "short", "cost_from")
-
-    def __init__(self, key: tuple[int, int, int], cost_from: tuple[int, int] | None) -> None:
-        self.key = key  # (epoch token, count, from_ns)
-        self.base: int | None = None  # the drain's batch count when it first saw this stretch
-        self.start: tuple[int, int] | None = None  # (batches, exit ns) where measuring began
-        self.mark: tuple[int, int] | None = None  # ... where the current window began
-        self.short = False  # the epoch is too short to be measured inside
-        self.cost_from = cost_from  # (batches, exit ns) when the switch into it was asked for
 
 
 class LoaderTuner:
@@ -89,7 +73,10 @@ class LoaderTuner:
         self._record = weakref.ref(record) if record is not None else None
         self._loader = _weak(loader)
         self.note_batch_size(loader)
-        self.tuner = autotune.EpochTuner(own, max(MAX_WORKERS_FLOOR, MAX_WORKERS_PER_CORE * _cores()))
+        prefetch = getattr(loader, "prefetch_factor", None) if own else None
+        self.tuner = autotune.EpochTuner(
+            own, max(MAX_WORKERS_FLOOR, MAX_WORKERS_PER_CORE * _cores()),
+            prefetch if isinstance(prefetch, int) and prefetch > 0 else None)
         self.active = own > 0  # a num_workers=0 program is left as it is (docs/autotune.md)
         self._stateful = _is_stateful(loader)
         unfit = _why_not_tuned(loader) if self.active else None
@@ -115,10 +102,8 @@ class LoaderTuner:
         self._switch: Switch | None = None  # armed or under way
         self._switched_ns = 0  # the end of this epoch's latest switch (0: none)
         self._windows_token = 0  # the epoch whose windows the strategy had
-        self._segment: _Segment | None = None
-        self._last_tick: tuple[int, int] | None = None  # (batches, exit ns) at the latest tick
-        self._armed_at: tuple[int, int] | None = None  # ... when the latest switch was asked for
-        self._costs: deque[float] = deque(maxlen=4)  # the latest switches' cost, in seconds
+        self._windows = Windows()  # publisher thread
+        self._epoch_sums = [0, 0, 0]  # the open epoch's loop waits, wall time, worker fetch (ns)
         self._switches: deque[wire.AutotuneSwitch] = deque(maxlen=SWITCH_LOG)
         self.switch_count = 0
         self._epoch_base_seed: int | None = None  # the base seed torch drew for this epoch
@@ -140,16 +125,17 @@ class LoaderTuner:
         with self._lock:
             self._switch = None  # one armed last epoch went with its iterator's reset or release
             self._switched_ns = 0
-            target = self.tuner.num_workers
+            target, prefetch = self.tuner.num_workers, self.tuner.prefetch_factor
         self.note_batch_size(loader)
         current = int(getattr(loader, "num_workers", 0) or 0)
         resumed = _resumed_count(loader)
         if resumed is not None:
             target = resumed  # torchdata resumes a state_dict only with the count it was taken at
         elif self._schedule is not None:
-            target = current  # the forced schedule alone changes the count
-        if target != current and current > 0:
-            self._restart_seed = _set_num_workers(loader, target)
+            target, prefetch = current, None  # the forced schedule alone changes the count
+        if current > 0 and (target != current or (
+                prefetch is not None and prefetch != getattr(loader, "prefetch_factor", None))):
+            self._restart_seed = _set_num_workers(loader, target, prefetch)
 
     def create(self, loader: Any, create: Any) -> Any:
         """`create(loader)` (torch's iterator), and when the count we set cannot start its workers,
@@ -195,6 +181,7 @@ class LoaderTuner:
         count = int(loader.num_workers or 0)
         with self._lock:
             self._open = (self.epoch_token, started_ns, count, weakref.ref(inner))
+            self._epoch_sums = [0, 0, 0]
         base = getattr(inner, "_base_seed", None)
         self._epoch_base_seed = int(base) if isinstance(base, int) else None
         if self._fixed is None:
@@ -251,8 +238,11 @@ class LoaderTuner:
                 measured = batches - 1
         if self._switched_ns:  # switched inside and measured whole: not one count's epoch
             count = -1
+        wait, wall, busy = self._epoch_sums
         epoch = autotune.Epoch(num_workers=count, samples=measured * self._batch_size,
-                               seconds=seconds, batches=batches, memory_pressure=pressure)
+                               seconds=seconds, batches=batches, memory_pressure=pressure,
+                               prefetch_factor=_prefetch_of(inner),
+                               starved=_starved(wait, wall, busy, count))
         with self._lock:
             self.tuner.observe(epoch)
 
@@ -287,7 +277,9 @@ class LoaderTuner:
             self._switches.append(wire.AutotuneSwitch(
                 epoch=max(0, self.epoch_token - 1), batch=switch.at_batch or 0,
                 from_workers=switch.old_count, to_workers=switch.count,
-                reason=switch.reason[:wire.MAX_TEXT]))
+                reason=switch.reason[:wire.MAX_TEXT],
+                prefetch_factor=switch.prefetch if switch.prefetch != switch.old_prefetch
+                else None))
         record = self._record() if self._record is not None else None
         if record is not None:
             record.switched(new, switch.handed_over or 0, switch.fired_ns or 0)
@@ -308,7 +300,8 @@ class LoaderTuner:
         if error is not None:
             self._revert(switch.count, error)
 
-    def _arm(self, wrapper: Any, count: int, reason: str, at_batch: int | None = None) -> bool:
+    def _arm(self, wrapper: Any, count: int, reason: str, at_batch: int | None = None,
+             prefetch: int | None = None) -> bool:
         """Ask for a switch of the loop's iterator to `count` workers (with `switch_lock` held
         or on the training thread)."""
         loader = self._loader()
@@ -318,7 +311,7 @@ class LoaderTuner:
         base = getattr(inner, "_base_seed", 0)
         switch = Switch(owner=self, wrapper=wrapper, old=inner, loader=loader, count=count,
                         worker_hook=self.worker_init, base_seed=_next_seed(int(base)),
-                        reason=reason)
+                        reason=reason, prefetch=prefetch)
         if not switch.arm(at_batch):
             return False
         self._switch = switch
@@ -336,69 +329,61 @@ class LoaderTuner:
                           at_batch=batch)
 
     # -------------------------------------------------------------- publisher thread
-    def tick(self, batches_total: int, last_exit_ns: int | None) -> None:
+    def tick(self, batches_total: int, last_exit_ns: int | None, wait_ns: int = 0,
+             interval_ns: int = 0, busy_ns: int = 0) -> None:
         """At each report, after the drain: the loop's batch count and its latest batch's exit
-        (both from the drained stamps). Measures the epoch's windows, feeds a long epoch's to
-        the strategy, and switches where the strategy moved and the epoch pays for it."""
+        (both from the drained stamps), and the report interval's loop waits and workers' fetch
+        times. Measures the epoch's windows (tuner_windows.py), feeds a long epoch's to the
+        strategy, and switches where the strategy moved and the epoch pays for it."""
         if not self.active or self._schedule is not None:
             return
         with self._lock:
             opened, switching, from_ns = self._open, self._switch, self._switched_ns
+            sums = self._epoch_sums
+            sums[0] += wait_ns
+            sums[1] += interval_ns
+            sums[2] += busy_ns
+        windows = self._windows
+        windows.add_interval(wait_ns, interval_ns, busy_ns)
         if opened is None or last_exit_ns is None:
-            self._segment = None
+            windows.forget()
             return
         token, started_ns, count, inner_ref = opened
-        self._last_tick = (batches_total, last_exit_ns)
         if switching is not None:
+            windows.last_tick = (batches_total, last_exit_ns)
             return  # no window across a switch
-        key = (token, count, from_ns or started_ns)
-        segment = self._segment
-        if segment is None or segment.key != key:
-            # the cost of the switch that began this stretch is counted from its asking
-            segment = self._segment = _Segment(key, self._armed_at if from_ns else None)
         inner = inner_ref()
         if inner is None:
             return
         self._read_memory(inner)
-        if last_exit_ns < key[2]:
+        window = windows.next((token, count, from_ns or started_ns), batches_total, last_exit_ns,
+                              count, bool(from_ns))
+        if window is None:
             return
-        if segment.base is None:
-            segment.base = batches_total
-            return
-        if segment.start is None:  # a round of batches first: the new workers' warm-up
-            if batches_total - segment.base >= max(1, count):
-                segment.start = segment.mark = (batches_total, last_exit_ns)
-            return
-        b0, t0 = segment.mark  # type: ignore[misc]  # set with start
-        batches, seconds = batches_total - b0, (last_exit_ns - t0) / 1e9
-        if batches < WINDOW_MIN_BATCHES or seconds < WINDOW_S or segment.short:
-            return
-        segment.mark = (batches_total, last_exit_ns)
         try:
-            left = len(inner) - int(inner._num_yielded)
-            total = len(inner)
+            left, total = len(inner) - int(inner._num_yielded), len(inner)
         except (TypeError, AttributeError, ValueError):
             return
-        rate = batches / seconds
+        rate = window.batches / window.seconds
         if self._windows_token != token:
             if total / rate < autotune.LONG_EPOCH_S or self._fixed is not None:
-                segment.short = True  # measured whole at its end
+                windows.too_short()  # measured whole at its end
                 return
             self._windows_token = token
-        self._note_cost(segment, rate)
         pressure = self._memory_pressure()
+        prefetch = _prefetch_of(inner)
         with self._lock:
             target = self.tuner.observe(autotune.Epoch(
-                num_workers=count, samples=batches * self._batch_size, seconds=seconds,
-                batches=batches, memory_pressure=pressure, window=True))
-            reason = self.tuner.reason
+                num_workers=count, samples=window.batches * self._batch_size,
+                seconds=window.seconds, batches=window.batches, memory_pressure=pressure,
+                window=True, prefetch_factor=prefetch, starved=window.starved))
+            target_prefetch, reason = self.tuner.prefetch_factor, self.tuner.reason
             now_rate = self._rate(count)
-            then_rate = self._rate(target)
-        if target == count:
+            then_rate = self._rate(target) if target != count else None
+        if target == count and target_prefetch in (None, prefetch):
             return
-        cost = self._cost()
         if pressure is None and not autotune.worth_switching(
-                now_rate or rate * self._batch_size, then_rate, left / rate, cost):
+                now_rate or rate * self._batch_size, then_rate, left / rate, self._cost()):
             return  # the next epoch boundary applies it
         if not self.switch_lock.acquire(blocking=False):
             return  # an iter() of the loader is under way
@@ -407,8 +392,8 @@ class LoaderTuner:
                 wrapper = self._loop()
                 if self._open is not None and self._open[0] == token and self._switch is None \
                         and wrapper is not None and getattr(wrapper, "_lt_token", None) == token \
-                        and self._arm(wrapper, target, reason):
-                    self._armed_at = self._last_tick
+                        and self._arm(wrapper, target, reason, prefetch=target_prefetch):
+                    windows.armed_at = windows.last_tick
         finally:
             self.switch_lock.release()
 
@@ -416,21 +401,9 @@ class LoaderTuner:
         setting = self.tuner.tried.get(count)
         return setting.rate if setting is not None and setting.measured() else None
 
-    def _note_cost(self, segment: _Segment, rate: float) -> None:
-        """At a stretch's first window: what the switch into it cost — the time from when it was
-        asked for to the end of the warm-up, less what the batches made meanwhile take at the
-        new count's rate."""
-        if segment.cost_from is None or segment.start is None:
-            return
-        (b0, t0), (b1, t1) = segment.cost_from, segment.start
-        segment.cost_from = None
-        self._costs.append(max(0.0, (t1 - t0) / 1e9 - (b1 - b0) / rate))
-
     def _cost(self) -> float:
-        if self._costs:
-            return max(self._costs)
         warm_up = (self._warm_up_ms() or 0.0) / 1000 if self._warm_up_ms is not None else 0.0
-        return warm_up if warm_up > 0 else SWITCH_COST_S
+        return self._windows.cost(warm_up)
 
     def _read_memory(self, inner: Any) -> None:
         """While exploring upward: the workers' memory, and from it the most the strategy may
@@ -475,6 +448,7 @@ class LoaderTuner:
         with self._lock:
             t = self.tuner
             best = t.pick()
+            best_rate = t.pick_rate()
             tried = tuple(wire.AutotuneSetting(
                 num_workers=s.num_workers, samples_per_s=s.rate, noise=s.noise, epochs=s.epochs,
                 note=s.note, windows=s.windows)
@@ -482,23 +456,29 @@ class LoaderTuner:
             return wire.AutotuneReport(
                 state=t.state, num_workers=t.num_workers, program_num_workers=t.program_num_workers,
                 epoch=t.epochs, best_num_workers=best.num_workers if best else None,
-                best_samples_per_s=best.rate if best else None, tried=tried, reason=t.reason,
+                best_samples_per_s=best_rate, tried=tried, reason=t.reason,
                 switches=tuple(self._with_gain(s) for s in self._switches),
                 switch_count=self.switch_count,
-                fixed=self._fixed[:256] if self._fixed is not None else None)
+                fixed=self._fixed[:256] if self._fixed is not None else None,
+                prefetch_factor=t.prefetch_factor,
+                program_prefetch_factor=t.program_prefetch_factor)
 
     def _with_gain(self, switch: wire.AutotuneSwitch) -> wire.AutotuneSwitch:
-        """A switch with its gain, once both counts are measured."""
+        """A switch with its gain, once both counts (or a prefetch_factor's doubling) are
+        measured."""
         if switch.gain is not None:
             return switch
+        if switch.prefetch_factor is not None and switch.from_workers == switch.to_workers:
+            gain = self.tuner.prefetch_gains.get(switch.prefetch_factor)
+            return self._replace(switch, gain) if gain is not None else switch
         before, after = (self.tuner.tried.get(n) for n in (switch.from_workers, switch.to_workers))
         if before is None or after is None or not before.rate or after.rate is None or \
                 not (after.measured() or after.can_tell()):
             return switch
-        gained = wire.AutotuneSwitch(epoch=switch.epoch, batch=switch.batch,
-                                     from_workers=switch.from_workers,
-                                     to_workers=switch.to_workers, reason=switch.reason,
-                                     gain=after.rate / before.rate - 1)
+        return self._replace(switch, after.rate / before.rate - 1)
+
+    def _replace(self, switch: wire.AutotuneSwitch, gain: float) -> wire.AutotuneSwitch:
+        gained = msgspec.structs.replace(switch, gain=gain)
         self._switches = deque((gained if s is switch else s for s in self._switches),
                                maxlen=SWITCH_LOG)
         return gained
@@ -519,9 +499,24 @@ class LoaderTuner:
             gained = (f", {gain:+.0%} over the program's {t.program_num_workers}"
                       if gain is not None else "")
             where = "settled on" if t.state == autotune.SETTLED else "best so far:"
-            return (f"loadertop: autotune of {self.name!r}: {where} num_workers={pick.num_workers}"
-                    f" ({pick.rate:.0f} samples/s{gained}) after {t.epochs} epochs{switched}; "
-                    f"to keep it, set num_workers={pick.num_workers}")
+            keep = f"num_workers={pick.num_workers}"
+            if t.prefetch_factor != t.program_prefetch_factor:
+                keep += f", prefetch_factor={t.prefetch_factor}"
+            return (f"loadertop: autotune of {self.name!r}: {where} {keep}"
+                    f" ({t.pick_rate() or pick.rate:.0f} samples/s{gained}) after {t.epochs} "
+                    f"epochs{switched}; to keep it, set {keep}")
+
+
+def _prefetch_of(inner: Any) -> int | None:
+    """The prefetch_factor torch's iterator was made with (None: not one with workers)."""
+    value = getattr(inner, "_prefetch_factor", None)
+    return value if isinstance(value, int) else None
+
+
+def _starved(wait_ns: int, wall_ns: int, busy_ns: int, count: int) -> bool:
+    """The loop waited while the workers idled (loadertop/autotune.py, STARVED_WAIT)."""
+    return (wall_ns > 0 and count > 0 and wait_ns >= autotune.STARVED_WAIT * wall_ns
+            and busy_ns <= autotune.STARVED_BUSY * wall_ns * count)
 
 
 def _weak(obj: Any) -> Callable[[], Any]:
@@ -536,10 +531,13 @@ def _next_seed(seed: int) -> int:
     return (seed * 6364136223846793005 + 1442695040888963407) % (1 << 63)
 
 
-def _set_num_workers(loader: Any, count: int) -> int | None:
-    """Set the count the next iterator starts. With persistent workers, shut the kept iterator's
-    down and drop it, and return a seed for its replacement's workers (see `_seed_source`)."""
+def _set_num_workers(loader: Any, count: int, prefetch: int | None = None) -> int | None:
+    """Set the count (and prefetch_factor) the next iterator starts. With persistent workers,
+    shut the kept iterator's down and drop it, and return a seed for its replacement's workers
+    (see `_seed_source`)."""
     seed = None
+    if prefetch is not None:
+        loader.prefetch_factor = prefetch  # DataLoader.__setattr__ allows it (torch 2.13)
     if getattr(loader, "persistent_workers", False):
         old = getattr(loader, "_iterator", None)
         if old is not None:

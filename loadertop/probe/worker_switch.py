@@ -139,7 +139,8 @@ class Switch:
     kept alive by a switch that the loop dropped."""
 
     def __init__(self, *, owner: SwitchOwner, wrapper: Any, old: Any, loader: Any, count: int,
-                 worker_hook: Callable[[Any], Any], base_seed: int, reason: str) -> None:
+                 worker_hook: Callable[[Any], Any], base_seed: int, reason: str,
+                 prefetch: int | None = None) -> None:
         self._owner = weakref.ref(owner)
         self._wrapper = weakref.ref(wrapper)
         self._loader = weakref.ref(loader)
@@ -147,6 +148,8 @@ class Switch:
         self.new: Any = None
         self.count = count
         self.old_count = int(old._num_workers)
+        self.old_prefetch = int(old._prefetch_factor)
+        self.prefetch = prefetch if prefetch is not None else self.old_prefetch
         self.reason = reason
         self._worker_hook = worker_hook  # worker_hook(view): the new workers' worker_init_fn
         self._base_seed = base_seed
@@ -219,7 +222,8 @@ class Switch:
         if loader is None:
             self._cancel("the loader is gone", None)
             return False
-        view = LoaderView(loader, num_workers=self.count, _index_sampler=(),
+        view = LoaderView(loader, num_workers=self.count, prefetch_factor=self.prefetch,
+                          _index_sampler=(),
                           generator=torch.Generator().manual_seed(self._base_seed))
         view.__dict__["worker_init_fn"] = self._worker_hook(view)  # chained to the loader's own
         owner = self._owner()
@@ -264,6 +268,7 @@ class Switch:
             if getattr(loader, "_iterator", None) is old:
                 loader._iterator = new
             loader.num_workers = self.count
+            loader.prefetch_factor = self.prefetch
         self.handed_over = int(old._num_yielded)
         # As torch ends an iterator's workers at its epoch's end (StopIteration) or in __del__.
         old._shutdown_workers()

@@ -220,7 +220,9 @@ def autotune_words(src: Source) -> str | None:
     tune = src.autotune
     if tune is None:
         return None
-    doing = {"settled": f"settled on {tune.num_workers} workers",
+    prefetch = (f", prefetch_factor {tune.prefetch_factor}"
+                if tune.prefetch_factor != tune.program_prefetch_factor else "")
+    doing = {"settled": f"settled on {tune.num_workers} workers{prefetch}",
              "backing_off": f"backing off to {tune.num_workers} workers"}.get(
                  tune.state, f"trying {tune.num_workers} workers")
     words = f"autotune · epoch {tune.epoch} · {doing}"
@@ -243,7 +245,11 @@ def switch_words(src: Source) -> str | None:
     if tune is None or not tune.switches:
         return None
     last = tune.switches[-1]
-    words = f"{last.from_workers} → {last.to_workers} workers at batch {last.batch:,} of epoch {last.epoch}"
+    workers = (f"{last.from_workers} → {last.to_workers} workers" if last.from_workers != last.to_workers
+               else f"{last.to_workers} workers")
+    if last.prefetch_factor is not None:
+        workers += f", prefetch_factor {last.prefetch_factor}"
+    words = f"{workers} at batch {last.batch:,} of epoch {last.epoch}"
     if last.gain is not None:
         words += f": {last.gain:+.0%}".replace("%", " %")
     if tune.switch_count > 1:

@@ -311,4 +311,46 @@ def test_the_viewers_line_names_the_latest_switch():
     doc = msgspec.json.decode(msgspec.json.encode(figures))
     assert doc["switches"] == [{"epoch": 0, "batch": 1234, "from": 2, "to": 4,
                                 "reason": "climbing: 2 gave 98 samples/s; trying 4",
-                                "gain": 0.88}]
+                                "gain": 0.88, "prefetch_factor": None}]
+
+
+# ---------------------------------------------------------------- prefetch_factor
+def bursty(n: int, prefetch: int) -> float:
+    """A store whose batches are sometimes slow: in-order batches hold the loop, and the other
+    workers idle once their prefetch_factor tasks are done, so a deeper prefetch pays, up to 4."""
+    return knee(4)(n) * (1.0 + 0.5 * (min(prefetch, 4) > 2))
+
+
+def feed(tuner: EpochTuner, curve: Callable[[int, int], float], epochs: int,
+         starved: Callable[[int, int], bool]) -> list[tuple[int, int | None]]:
+    settings = []
+    for _ in range(epochs):
+        n, pf = tuner.num_workers, tuner.prefetch_factor
+        settings.append((n, pf))
+        rate = curve(n, pf or 2)
+        tuner.observe(Epoch(num_workers=n, samples=int(rate * 2), seconds=2.0, batches=50,
+                            prefetch_factor=pf, starved=starved(n, pf or 2)))
+    return settings
+
+
+def test_workers_idle_while_the_loop_waits_a_deeper_prefetch_is_tried_and_kept_where_it_pays():
+    tuner = EpochTuner(2, max_workers=16, program_prefetch_factor=2)
+    settings = feed(tuner, bursty, 30, starved=lambda n, pf: pf < 4)
+    assert tuner.state == SETTLED and tuner.num_workers == 4
+    assert tuner.prefetch_factor == 4  # 4 gained +50 %; 8 was not tried: no longer starved
+    assert (4, 8) not in settings and (4, 4) in settings
+    assert "prefetch_factor 4" in tuner.reason
+
+
+def test_a_deeper_prefetch_that_gains_nothing_is_undone_and_not_tried_again():
+    tuner = EpochTuner(2, max_workers=16, program_prefetch_factor=2)
+    settings = feed(tuner, lambda n, pf: knee(4)(n), 30, starved=lambda n, pf: True)
+    assert tuner.state == SETTLED and tuner.prefetch_factor == 2
+    assert settings.count((4, 4)) == 2  # measured once (2 epochs), then back to 2
+    assert "back to 2" in tuner.reason
+
+
+def test_not_starved_no_prefetch_is_tried():
+    tuner = EpochTuner(2, max_workers=16, program_prefetch_factor=2)
+    settings = feed(tuner, bursty, 30, starved=lambda n, pf: False)
+    assert {pf for _, pf in settings} == {2}

@@ -4,8 +4,8 @@ workers; each read sleeps READ_MS while holding a slot), so samples/s grow with 
 SLOTS and stay flat after.
 
     python autotune_jobs.py --epochs N [--workers 2] [--slots 4] [--samples 400] [--read-ms 5]
-        [--batch-size 8] [--step-ms 0] [--persistent] [--spawn] [--iterable] [--instrument]
-        [--out FILE]
+        [--batch-size 8] [--step-ms 0] [--prefetch 2] [--slow-every K [--slow-ms 200]]
+        [--persistent] [--spawn] [--iterable] [--instrument] [--out FILE]
     python autotune_jobs.py --compare [--stateful [--snapshot-every N]] [--out-of-order] ...
 
 Every epoch writes one JSON line to --out: the sample indices it yielded, in order, a digest of
@@ -51,11 +51,12 @@ def fill_cgroup(share: float, lock) -> None:
 
 
 class SlotStore(Dataset):
-    def __init__(self, n: int, slots, read_s: float, fill=None) -> None:
+    def __init__(self, n: int, slots, read_s: float, fill=None, slow=None) -> None:
         self.n = n
         self.slots = slots
         self.read_s = read_s
         self.fill = fill  # (from worker id, share, lock): workers from that id fill the cgroup
+        self.slow = slow  # (every, seconds): one item in `every`, by a hash of its index, reads long
 
     def __len__(self) -> int:
         return self.n
@@ -64,8 +65,11 @@ class SlotStore(Dataset):
         info = get_worker_info()
         if self.fill is not None and info is not None and info.id >= self.fill[0]:
             fill_cgroup(self.fill[1], self.fill[2])
+        read_s = self.read_s
+        if self.slow is not None and (i * 2654435761) % self.slow[0] == 0:
+            read_s = self.slow[1]
         with self.slots:
-            time.sleep(self.read_s)
+            time.sleep(read_s)
         return torch.tensor(i)
 
 
@@ -101,6 +105,9 @@ def main() -> None:
     p.add_argument("--fill-cgroup-from-worker", type=int,
                    help="workers from this id on fill the process's v1 memory cgroup to 93 %%")
     p.add_argument("--step-ms", type=float, default=0.0, help="the training step, after each batch")
+    p.add_argument("--prefetch", type=int, help="the loader's prefetch_factor (torch's default 2)")
+    p.add_argument("--slow-every", type=int, help="one item in this many reads --slow-ms")
+    p.add_argument("--slow-ms", type=float, default=200.0)
     p.add_argument("--compare", action="store_true", help="as written, then tuned (see above)")
     p.add_argument("--stateful", action="store_true", help="torchdata's StatefulDataLoader")
     p.add_argument("--snapshot-every", type=int, default=1)
@@ -143,14 +150,16 @@ def make_loader(a, context, slots, fill, seed: bool = True):
     from it, as does the program): `seed=False` for one that resumes a state_dict."""
     if seed:
         torch.manual_seed(0)
-    kind = SlotStream if a.iterable else SlotStore
-    dataset = (kind(a.samples, slots, a.read_ms / 1000) if fill is None
-               else SlotStore(a.samples, slots, a.read_ms / 1000, fill))
+    slow = (a.slow_every, a.slow_ms / 1000) if a.slow_every else None
+    dataset = (SlotStream(a.samples, slots, a.read_ms / 1000) if a.iterable
+               else SlotStore(a.samples, slots, a.read_ms / 1000, fill, slow))
     options = dict(batch_size=a.batch_size, num_workers=a.workers,
                    shuffle=a.shuffle and not a.iterable, persistent_workers=a.persistent,
                    multiprocessing_context=context if a.workers else None)
     if a.out_of_order:
         options["in_order"] = False
+    if a.prefetch and a.workers:
+        options["prefetch_factor"] = a.prefetch
     if a.stateful:
         from torchdata.stateful_dataloader import StatefulDataLoader
 
