@@ -355,9 +355,10 @@ class LoaderTuner:
         inner = inner_ref()
         if inner is None:
             return
-        self._read_memory(inner)
         window = windows.next((token, count, from_ns or started_ns), batches_total, last_exit_ns,
                               count, bool(from_ns))
+        if windows.warmed_up:  # a worker's start (its first batch) is no growth to extrapolate
+            self._read_memory(inner)
         if window is None:
             return
         try:

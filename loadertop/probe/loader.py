@@ -369,7 +369,8 @@ def instrument(loader, *, name: str | None = None, endpoint: str | None = None,
 
     `endpoint` overrides LOADERTOP_ENDPOINT for this process's publisher (the first call that
     starts the publisher decides). With LOADERTOP_DISABLE=1 the loader is returned untouched.
-    `autotune`: tune its num_workers between epochs, as `run --autotune` does (§10).
+    `autotune`: tune its num_workers between epochs and inside long ones, as `run --autotune`
+    does (§10).
     """
     if environment.disabled():
         return loader

@@ -75,7 +75,7 @@ class Windows:
         if stretch is None or stretch.key != key:
             stretch = self._stretch = _Stretch(key, self.armed_at if switched else None)
             self._restart_sums()
-        if last_exit_ns < key[2] or stretch.short:
+        if last_exit_ns < key[2]:
             return None
         if stretch.base is None:
             stretch.base = batches_total
@@ -84,6 +84,8 @@ class Windows:
             if batches_total - stretch.base >= max(1, count):
                 stretch.start = stretch.mark = (batches_total, last_exit_ns)
                 self._restart_sums()
+            return None
+        if stretch.short:
             return None
         b0, t0 = stretch.mark  # type: ignore[misc]  # set with start
         batches, seconds = batches_total - b0, (last_exit_ns - t0) / 1e9
@@ -99,6 +101,11 @@ class Windows:
             stretch.cost_from = None
             self._costs.append(max(0.0, (st - ft) / 1e9 - (sb - fb) / (batches / seconds)))
         return Window(batches, seconds, starved)
+
+    @property
+    def warmed_up(self) -> bool:
+        """The current stretch's workers are past their first round of batches."""
+        return self._stretch is not None and self._stretch.start is not None
 
     def too_short(self) -> None:
         """The current stretch's epoch is measured whole, at its end: no windows of it."""

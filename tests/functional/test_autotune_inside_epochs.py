@@ -19,9 +19,9 @@ import subprocess
 import sys
 
 import pytest
+from test_autotune import run_job
 
 from conftest import REPO, WORKLOADS, Workload, clean_env, short_tmpdir
-from test_autotune import run_job
 
 pytestmark = pytest.mark.slow
 

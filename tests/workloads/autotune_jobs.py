@@ -5,7 +5,8 @@ SLOTS and stay flat after.
 
     python autotune_jobs.py --epochs N [--workers 2] [--slots 4] [--samples 400] [--read-ms 5]
         [--batch-size 8] [--step-ms 0] [--prefetch 2] [--slow-every K [--slow-ms 200]]
-        [--persistent] [--spawn] [--iterable] [--instrument] [--out FILE]
+        [--worker-ballast-mib M] [--persistent] [--spawn] [--iterable] [--instrument]
+        [--out FILE]
     python autotune_jobs.py --compare [--stateful [--snapshot-every N]] [--out-of-order] ...
 
 Every epoch writes one JSON line to --out: the sample indices it yielded, in order, a digest of
@@ -51,12 +52,14 @@ def fill_cgroup(share: float, lock) -> None:
 
 
 class SlotStore(Dataset):
-    def __init__(self, n: int, slots, read_s: float, fill=None, slow=None) -> None:
+    def __init__(self, n: int, slots, read_s: float, fill=None, slow=None,
+                 ballast_mib: int = 0) -> None:
         self.n = n
         self.slots = slots
         self.read_s = read_s
         self.fill = fill  # (from worker id, share, lock): workers from that id fill the cgroup
         self.slow = slow  # (every, seconds): one item in `every`, by a hash of its index, reads long
+        self.ballast_mib = ballast_mib  # each worker holds this much private memory from its 1st item
 
     def __len__(self) -> int:
         return self.n
@@ -65,6 +68,8 @@ class SlotStore(Dataset):
         info = get_worker_info()
         if self.fill is not None and info is not None and info.id >= self.fill[0]:
             fill_cgroup(self.fill[1], self.fill[2])
+        if self.ballast_mib and info is not None and not _ballast:
+            _ballast.append(b"\x01" * (self.ballast_mib << 20))  # written: private, charged
         read_s = self.read_s
         if self.slow is not None and (i * 2654435761) % self.slow[0] == 0:
             read_s = self.slow[1]
@@ -108,6 +113,8 @@ def main() -> None:
     p.add_argument("--prefetch", type=int, help="the loader's prefetch_factor (torch's default 2)")
     p.add_argument("--slow-every", type=int, help="one item in this many reads --slow-ms")
     p.add_argument("--slow-ms", type=float, default=200.0)
+    p.add_argument("--worker-ballast-mib", type=int, default=0,
+                   help="each worker holds this much private memory from its first item")
     p.add_argument("--compare", action="store_true", help="as written, then tuned (see above)")
     p.add_argument("--stateful", action="store_true", help="torchdata's StatefulDataLoader")
     p.add_argument("--snapshot-every", type=int, default=1)
@@ -152,7 +159,8 @@ def make_loader(a, context, slots, fill, seed: bool = True):
         torch.manual_seed(0)
     slow = (a.slow_every, a.slow_ms / 1000) if a.slow_every else None
     dataset = (SlotStream(a.samples, slots, a.read_ms / 1000) if a.iterable
-               else SlotStore(a.samples, slots, a.read_ms / 1000, fill, slow))
+               else SlotStore(a.samples, slots, a.read_ms / 1000, fill, slow,
+                              a.worker_ballast_mib))
     options = dict(batch_size=a.batch_size, num_workers=a.workers,
                    shuffle=a.shuffle and not a.iterable, persistent_workers=a.persistent,
                    multiprocessing_context=context if a.workers else None)
