@@ -99,7 +99,9 @@ class LoaderTuner:
         self.worker_init: Callable[[Any], Any] | None = None  # the new workers' hook (loader.py)
         self._loop: Callable[[], Any] = lambda: None  # the loop's iterator (weakly)
         self._fixed: str | None = None  # why this loader's count changes only between epochs
-        self._switch: Switch | None = None  # armed or under way
+        # The switch armed or under way, weakly: the old iterator's Trigger holds it until it
+        # fires, then the loop's iterator; a loop that drops them drops it.
+        self._switch: Callable[[], Switch | None] = _none
         self._switched_ns = 0  # the end of this epoch's latest switch (0: none)
         self._windows_token = 0  # the epoch whose windows the strategy had
         self._windows = Windows()  # publisher thread
@@ -123,7 +125,7 @@ class LoaderTuner:
                   "should not use --autotune", file=sys.stderr, flush=True)
         self._close_open(time.perf_counter_ns())
         with self._lock:
-            self._switch = None  # one armed last epoch went with its iterator's reset or release
+            self._switch = _none  # one armed last epoch went with its iterator's reset or release
             self._switched_ns = 0
             target, prefetch = self.tuner.num_workers, self.tuner.prefetch_factor
         self.note_batch_size(loader)
@@ -268,7 +270,7 @@ class LoaderTuner:
         """Training thread: the new iterator took the old one's place (probe/worker_switch.py)."""
         new = switch.new
         with self._lock:
-            self._switch = None
+            self._switch = _none
             if self._open is not None:
                 token, started_ns, _, _ = self._open
                 self._open = (token, started_ns, switch.count, weakref.ref(new))
@@ -296,7 +298,7 @@ class LoaderTuner:
         """Training thread: the switch did not happen; `error`: the new workers could not start
         (that count is never tried again)."""
         with self._lock:
-            self._switch = None
+            self._switch = _none
         if error is not None:
             self._revert(switch.count, error)
 
@@ -314,7 +316,7 @@ class LoaderTuner:
                         reason=reason, prefetch=prefetch)
         if not switch.arm(at_batch):
             return False
-        self._switch = switch
+        self._switch = weakref.ref(switch)
         return True
 
     def _arm_scheduled(self, wrapper: Any) -> None:
@@ -338,7 +340,7 @@ class LoaderTuner:
         if not self.active or self._schedule is not None:
             return
         with self._lock:
-            opened, switching, from_ns = self._open, self._switch, self._switched_ns
+            opened, switching, from_ns = self._open, self._switch(), self._switched_ns
             sums = self._epoch_sums
             sums[0] += wait_ns
             sums[1] += interval_ns
@@ -391,7 +393,7 @@ class LoaderTuner:
         try:
             with self._lock:
                 wrapper = self._loop()
-                if self._open is not None and self._open[0] == token and self._switch is None \
+                if self._open is not None and self._open[0] == token and self._switch() is None \
                         and wrapper is not None and getattr(wrapper, "_lt_token", None) == token \
                         and self._arm(wrapper, target, reason, prefetch=target_prefetch):
                     windows.armed_at = windows.last_tick
@@ -506,6 +508,10 @@ class LoaderTuner:
             return (f"loadertop: autotune of {self.name!r}: {where} {keep}"
                     f" ({t.pick_rate() or pick.rate:.0f} samples/s{gained}) after {t.epochs} "
                     f"epochs{switched}; to keep it, set {keep}")
+
+
+def _none() -> None:
+    return None
 
 
 def _prefetch_of(inner: Any) -> int | None:

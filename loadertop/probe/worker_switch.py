@@ -121,7 +121,7 @@ class Trigger:
         if switch is None:
             raise StopIteration
         # torch 2.13 counts the batch being yielded after `_process_data`, which calls this
-        if self._at_batch is not None and switch.old._num_yielded + 1 < self._at_batch:
+        if self._at_batch is not None and switch.yielded() + 1 < self._at_batch:
             return next(self._real)  # StopIteration at the epoch's end: no switch then
         self._switch = None
         if switch.fire():
@@ -144,7 +144,10 @@ class Switch:
         self._owner = weakref.ref(owner)
         self._wrapper = weakref.ref(wrapper)
         self._loader = weakref.ref(loader)
-        self.old: Any = old
+        # Until the Trigger fires, `old` (whose `_sampler_iter` is the Trigger, which holds this
+        # switch) is held weakly: a loop that drops it then leaves no cycle keeping it alive.
+        self._old = weakref.ref(old)
+        self.old: Any = None
         self.new: Any = None
         self.count = count
         self.old_count = int(old._num_workers)
@@ -166,29 +169,45 @@ class Switch:
         """Put the Trigger in place of the old iterator's sampler iterator (called with the
         tuner's switch lock held: no `iter()` of the loader runs meanwhile). False if the old
         iterator has none to replace (shut down, or not torch's)."""
-        old = self.old
+        old = self._old()
         real = getattr(old, "_sampler_iter", None)
-        if real is None or getattr(old, "_shutdown", True) or isinstance(real, Trigger):
+        if old is None or real is None or getattr(old, "_shutdown", True) \
+                or isinstance(real, Trigger):
             return False
         self._real = real
         old._sampler_iter = Trigger(self, real, at_batch)
         return True
 
+    def yielded(self) -> int:
+        """The old iterator's batches of the epoch (torch's `_num_yielded`)."""
+        old = self._old()
+        return int(old._num_yielded) if old is not None else 0
+
     # ------------------------------------------------------------------ training thread
     def fire(self) -> bool:
         """In the old iterator's `_try_put_index`: take over the wrapper's per-batch callable.
         False (nothing changes) if the loop iterator moved on from `old` or is gone, or if the
-        epoch's indices are all sent already."""
+        epoch's indices are all sent already. Never raises into torch's iterator."""
+        old = self._old()
+        if old is None:  # cannot be: the old iterator is calling
+            return False
+        try:
+            return self._fire(old)
+        except Exception as exc:
+            old._sampler_iter = self._real
+            self._drop("the switch could not begin", exc)
+            return False
+
+    def _fire(self, old: Any) -> bool:
         import time
 
-        old = self.old
         wrapper = self._wrapper()
         if wrapper is None or wrapper._inner is not old or self._loader() is None:
             old._sampler_iter = self._real
             self._drop("the loop's iterator moved on", None)
             return False
-        try:
-            left = len(old) - old._num_yielded - len(old._task_info)
+        try:  # indices pulled: the batches yielded, the one being yielded, the tasks outstanding
+            left = len(old) - (old._num_yielded + 1) - len(old._task_info)
         except TypeError:
             left = 1
         if left <= 0:
@@ -196,6 +215,7 @@ class Switch:
             self._drop("the epoch's indices were all sent", None)
             return False
         old._sampler_iter = iter(())  # from here the old iterator pulls nothing
+        self.old = old
         self.fired_ns = time.perf_counter_ns()
         self.at_batch = int(old._num_yielded) + 1  # the batch being yielded now counts
         self._old_next = wrapper._next
@@ -234,7 +254,7 @@ class Switch:
                 new = type(old)(view, None)
             else:
                 new = type(old)(view)
-        except (OSError, RuntimeError) as exc:
+        except Exception as exc:  # the count's workers cannot start: the old ones go on
             self._cancel(f"{self.count} workers could not start", exc)
             return False
         # The loader's own index sampler: len() of the iterator, and the sampler iterator

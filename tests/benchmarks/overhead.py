@@ -320,7 +320,7 @@ def _tuned(inner: _PythonIterator, record, switching: bool = False):
         inner._task_info = {0: (0,)}  # a task of the old workers outstanding, for ever
         switch = Switch(owner=_STUB, wrapper=wrapper, old=inner, loader=_STUB, count=2,
                         worker_hook=lambda view: None, base_seed=0, reason="")
-        switch.new = inner
+        switch.old = switch.new = inner
         switch._old_next = inner.__next__
         wrapper._lt_follow(switch)
     return wrapper

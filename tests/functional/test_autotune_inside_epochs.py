@@ -126,3 +126,43 @@ def test_under_run_the_switches_are_in_the_document_and_the_black_box(tmp_path):
     assert [(s["epoch"], s["batch"], s["from"], s["to"]) for s in tune["switches"]] == [
         (0, 5, 2, 3), (0, 14, 3, 1), (1, 6, 1, 2)]
     assert all(s["reason"].startswith("scheduled") for s in tune["switches"])
+
+
+@pytest.mark.parametrize("stop_at", [2, 5], ids=["armed", "handing-over"])
+def test_a_loop_that_breaks_around_a_switch_keeps_no_iterator_or_worker_alive(monkeypatch, stop_at):
+    """The loop drops its iterator while a switch is armed (its Trigger in the old iterator's
+    sampler iterator) or under way (old and new iterators both live): with the garbage collector
+    off, reference counting alone frees every torch iterator and torch's `__del__` ends every
+    worker, as without --autotune."""
+    import gc
+    import weakref
+
+    import torch
+    from torch.utils.data import DataLoader
+
+    import loadertop
+
+    monkeypatch.setenv("LOADERTOP_AUTOTUNE_SCHEDULE", "0:4:3")
+    loader = loadertop.instrument(DataLoader(torch.arange(64), batch_size=2, num_workers=2),
+                                  name=f"breaks-{stop_at}", autotune=True)
+    gc.disable()
+    try:
+        it = iter(loader)
+        for _ in range(stop_at):
+            next(it)
+        switch = it._next if not hasattr(it._next, "__self__") else None
+        inners = [weakref.ref(it._inner)]
+        workers = list(it._inner._workers)
+        if switch is not None:  # under way: the new iterator and its workers too
+            assert switch.new is not None
+            inners.append(weakref.ref(switch.new))
+            workers += list(switch.new._workers)
+            del switch
+        assert len(inners) == (2 if stop_at == 5 else 1)
+        del it
+        assert [ref() for ref in inners] == [None] * len(inners)
+        for w in workers:
+            w.join(10)
+            assert w.exitcode == 0
+    finally:
+        gc.enable()
