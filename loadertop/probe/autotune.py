@@ -270,10 +270,12 @@ class LoaderTuner:
         """Training thread: the new iterator took the old one's place (probe/worker_switch.py)."""
         new = switch.new
         with self._lock:
+            current = self._open is not None and self._open[0] == switch.token
+            if not current:  # the loop's iterator of an epoch the loader has moved on from
+                return
             self._switch = _none
-            if self._open is not None:
-                token, started_ns, _, _ = self._open
-                self._open = (token, started_ns, switch.count, weakref.ref(new))
+            token, started_ns, _, _ = self._open  # type: ignore[misc]  # current
+            self._open = (token, started_ns, switch.count, weakref.ref(new))
             self._switched_ns = switch.done_ns or time.perf_counter_ns()
             self.switch_count += 1
             self._switches.append(wire.AutotuneSwitch(
@@ -313,7 +315,7 @@ class LoaderTuner:
         base = getattr(inner, "_base_seed", 0)
         switch = Switch(owner=self, wrapper=wrapper, old=inner, loader=loader, count=count,
                         worker_hook=self.worker_init, base_seed=_next_seed(int(base)),
-                        reason=reason, prefetch=prefetch)
+                        reason=reason, prefetch=prefetch, token=self.epoch_token)
         if not switch.arm(at_batch):
             return False
         self._switch = weakref.ref(switch)

@@ -133,14 +133,14 @@ class Switch:
     """One switch of the loop iterator `wrapper` (loader.py's tuned iterator: `_inner`, the torch
     iterator it wraps; `_lt_follow(fn)`, its per-batch callable becomes fn; `_lt_unmeasured(it)`,
     the callable for a torch iterator) from torch's iterator `old` to a new one with `count`
-    workers. Made by the tuner, which puts a Trigger in
-    `old._sampler_iter`; from the trigger's `fire` to the old iterator's last task it is the
-    wrapper's per-batch callable. Holds the wrapper, the loader and the tuner weakly: nothing is
-    kept alive by a switch that the loop dropped."""
+    workers (and `prefetch` tasks per worker: by default the old iterator's). Made by the tuner,
+    which puts a Trigger in `old._sampler_iter`; from the trigger's `fire` to the old iterator's
+    last task it is the wrapper's per-batch callable. Holds the wrapper, the loader and the tuner
+    weakly: nothing is kept alive by a switch that the loop dropped."""
 
     def __init__(self, *, owner: SwitchOwner, wrapper: Any, old: Any, loader: Any, count: int,
                  worker_hook: Callable[[Any], Any], base_seed: int, reason: str,
-                 prefetch: int | None = None) -> None:
+                 prefetch: int | None = None, token: int = 0) -> None:
         self._owner = weakref.ref(owner)
         self._wrapper = weakref.ref(wrapper)
         self._loader = weakref.ref(loader)
@@ -154,6 +154,7 @@ class Switch:
         self.old_prefetch = int(old._prefetch_factor)
         self.prefetch = prefetch if prefetch is not None else self.old_prefetch
         self.reason = reason
+        self.token = token  # the owner's name for the epoch it was asked in
         self._worker_hook = worker_hook  # worker_hook(view): the new workers' worker_init_fn
         self._base_seed = base_seed
         self._real: Any = None  # the epoch's sampler iterator
@@ -290,16 +291,20 @@ class Switch:
             loader.num_workers = self.count
             loader.prefetch_factor = self.prefetch
         self.handed_over = int(old._num_yielded)
-        # As torch ends an iterator's workers at its epoch's end (StopIteration) or in __del__.
-        old._shutdown_workers()
         wrapper = self._wrapper()
         if wrapper is not None:
             wrapper._inner = new
             wrapper._lt_follow(self._new_next)
         self.done_ns = time.perf_counter_ns()
-        owner = self._owner()
-        if owner is not None:
-            owner.switch_done(self)
+        try:
+            # As torch ends an iterator's workers at its epoch's end (StopIteration) or in
+            # __del__; the batches go on from the new iterator whatever happens here.
+            old._shutdown_workers()
+            owner = self._owner()
+            if owner is not None:
+                owner.switch_done(self)
+        except Exception as exc:
+            print(f"loadertop: autotune: after a switch ({exc!r})", file=sys.stderr, flush=True)
 
     def _cancel(self, why: str, error: BaseException | None) -> None:
         """Give the old iterator its sampler iterator back and top its tasks up again (the one
