@@ -418,11 +418,10 @@ class LoaderTuner:
         pids = [pid for _, pid, _ in torch_internals.worker_pids(inner) if pid]
         if not self._memory.read(pids):
             return
-        try:
-            horizon = max(autotune.LONG_EPOCH_S, (len(inner) - int(inner._num_yielded)) *
-                          (self._rate_per_batch() or 0.0))
+        try:  # the rest of the epoch (tuner_memory.py bounds it)
+            horizon = (len(inner) - int(inner._num_yielded)) * (self._rate_per_batch() or 0.0)
         except (TypeError, AttributeError, ValueError):
-            horizon = autotune.LONG_EPOCH_S
+            horizon = 0.0
         cap, why = self._memory.cap(horizon)
         with self._lock:
             self.tuner.set_memory_cap(cap, why)

@@ -7,8 +7,10 @@ and from the first and the latest reading of a worker its growth: copy-on-read (
 that reads the dataset's Python objects writes their reference counts, and so copies their pages
 one by one) shows as a private size that grows while it works. A worker of the next count is
 predicted at the largest of the current workers' sizes, grown at its rate for the rest of the
-epoch. The most workers the memory allows keep the whole under the same margin whose crossing
-backs off: available memory over `MEMORY_MARGIN` of the machine's, and the cgroup's use under
+epoch (at least HORIZON_MIN_S, at most HORIZON_MAX_S: it reads again while it explores), and by
+no more than the main process's resident size (all a forked worker can copy of it). The most
+workers the memory allows keep the whole under the same margin whose crossing backs off:
+available memory over `MEMORY_MARGIN` of the machine's, and the cgroup's use under
 `1 - MEMORY_MARGIN` of its limit.
 
 A reading costs the kernel a walk of the worker's resident pages (probe/resources.py), done inside
@@ -17,12 +19,15 @@ A reading costs the kernel a walk of the worker's resident pages (probe/resource
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable, Iterable
 
 MEMORY_MARGIN = 0.10  # available memory (or what the cgroup limit leaves) under 10 %: pressure
 READ_S = 1.0  # the workers' USS at most this often, while exploring
 GROWTH_MIN_S = 1.0  # a worker's growth is read from readings at least this far apart
+HORIZON_MIN_S = 10.0  # a worker's growth is carried this far ahead at least ...
+HORIZON_MAX_S = 60.0  # ... and at most: the tuner reads again while it explores
 
 
 def swap_pages() -> int | None:
@@ -87,6 +92,15 @@ def headroom() -> tuple[int, str] | None:
     return min(bounds) if bounds else None
 
 
+def _resident_bytes() -> int | None:
+    """This (the main) process's resident size, from /proc/self/statm."""
+    try:
+        with open("/proc/self/statm", "rb") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return None
+
+
 def uss_bytes(pid: int) -> int | None:
     """A process's private memory (what psutil calls USS), from /proc/PID/smaps_rollup."""
     try:
@@ -131,21 +145,23 @@ class MemoryPlan:
             self._latest[pid] = (now, uss)
         return True
 
-    def per_worker(self, horizon_s: float) -> int | None:
-        """A worker's predicted private memory `horizon_s` from now: the largest current one,
-        grown at its measured rate."""
+    def per_worker(self, horizon_s: float, bound: int | None = None) -> int | None:
+        """A worker's predicted private memory `horizon_s` from now (clamped to the HORIZON
+        bounds): the largest current one, grown at its measured rate by at most `bound`."""
+        horizon_s = min(HORIZON_MAX_S, max(HORIZON_MIN_S, horizon_s))
         out = None
         for pid, (t1, uss) in self._latest.items():
             t0, first = self._first[pid]
             growth = (uss - first) / (t1 - t0) if t1 - t0 >= GROWTH_MIN_S and uss > first else 0.0
-            predicted = uss + int(growth * max(0.0, horizon_s))
+            grown = int(growth * horizon_s)
+            predicted = uss + (min(grown, bound) if bound is not None else grown)
             out = predicted if out is None else max(out, predicted)
         return out
 
     def cap(self, horizon_s: float) -> tuple[int | None, str]:
         """(The most workers predicted to stay within the margin, why); (None, "") where it
         cannot be told yet (no reading, or memory unreadable)."""
-        each = self.per_worker(horizon_s)
+        each = self.per_worker(horizon_s, _resident_bytes())
         room = headroom()
         if each is None or each <= 0 or room is None:
             return None, ""

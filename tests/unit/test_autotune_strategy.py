@@ -277,6 +277,7 @@ def test_the_memory_plan_predicts_a_worker_from_the_largest_and_its_growth(monke
     plan = tuner_memory.MemoryPlan(clock=lambda: next(clock))
     reads = {11: iter(sizes[11]), 12: iter(sizes[12])}
     monkeypatch.setattr(tuner_memory, "uss_bytes", lambda pid: next(reads[pid]))
+    monkeypatch.setattr(tuner_memory, "_resident_bytes", lambda: 1 << 40)
     assert plan.read([11, 12]) and plan.read([11, 12])
     # worker 11 grew 40 MiB in 2 s: in 10 s more it will be 340 MiB
     assert plan.per_worker(10.0) == (140 << 20) + 200 * (1 << 20)
@@ -285,6 +286,9 @@ def test_the_memory_plan_predicts_a_worker_from_the_largest_and_its_growth(monke
     # 1 GiB more beside the 270 MiB the two use now, at 340 MiB a worker
     assert cap == ((1 << 30) + (270 << 20)) // (340 << 20)
     assert "available memory" in why
+    # growth is carried 60 s ahead at most, and by no more than the main process holds
+    assert plan.per_worker(3600.0) == (140 << 20) + 1200 * (1 << 20)
+    assert plan.per_worker(3600.0, bound=50 << 20) == (140 << 20) + (50 << 20)
 
 
 def test_the_viewers_line_names_the_latest_switch():
