@@ -114,7 +114,8 @@ class Trigger:
         return self
 
     def __getattr__(self, name: str) -> Any:
-        return getattr(self._real, name)
+        # object.__getattribute__: an instance made without __init__ (a copy) raises, never loops
+        return getattr(object.__getattribute__(self, "_real"), name)
 
     def __next__(self) -> Any:
         switch = self._switch

@@ -27,10 +27,10 @@ pytestmark = pytest.mark.slow
 
 JOB = WORKLOADS / "autotune_jobs.py"
 TIMEOUT_S = 240.0  # spawned workers import torch each; a loaded machine takes its time
-# 24 batches of 4 a epoch (reads of 1 ms through 8 slots): 2 -> 3 workers at batch 5 and -> 1 at
+# 24 batches of 4 an epoch (reads of 1 ms through 8 slots): 2 -> 3 workers at batch 5 and -> 1 at
 # batch 14 in epoch 0, and -> 2 at batch 6 in epoch 1 (the count epoch 0 ended with goes on).
 FORK_SCHEDULE = "0:5:3,0:14:1,1:6:2"
-# spawned workers each import torch (~2 s here): one epoch, 1 -> 2 -> 1
+# spawned workers each import torch before their first batch: one epoch, 1 -> 2 -> 1
 SPAWN_SCHEDULE = "0:4:2,0:12:1"
 JOB_ARGS = ("--slots", "8", "--samples", "96", "--batch-size", "4", "--read-ms", "1", "--shuffle")
 
