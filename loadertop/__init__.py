@@ -23,7 +23,8 @@ def instrument(loader: Any, *, name: str | None = None, endpoint: str | None = N
     supports len() and passes attribute access through. `name` labels it in viewers (default
     loader0, loader1, …); `endpoint` overrides LOADERTOP_ENDPOINT for this process. With
     LOADERTOP_DISABLE=1 `loader` itself is returned. `autotune=True`: its num_workers is tuned
-    between epochs, as under `loadertop run --autotune` (docs/contract.md §10).
+    between epochs and inside long ones, as under `loadertop run --autotune` (docs/contract.md
+    §10).
     """
     if _instrument is None:
         # The first call imports the probe and starts the publisher, counted out of the

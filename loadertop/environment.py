@@ -17,6 +17,8 @@ LOADERTOP_CURVE_SECRET = "LOADERTOP_CURVE_SECRET"  # the trainer's CurveZMQ secr
 LOADERTOP_AUTHORIZED_KEYS = "LOADERTOP_AUTHORIZED_KEYS"  # directory of the viewers' public keys
 LOADERTOP_SHM_PATH = "LOADERTOP_SHM_PATH"  # the file system shm_low watches (default /dev/shm)
 LOADERTOP_RESOURCE_S = "LOADERTOP_RESOURCE_S"  # test hook: slow readings every S s (probe.resources)
+# test hook: `run --autotune` switches num_workers where told, "EPOCH:BATCH:COUNT,..." (probe.autotune)
+LOADERTOP_AUTOTUNE_SCHEDULE = "LOADERTOP_AUTOTUNE_SCHEDULE"
 LOADERTOP_BLACKBOX_MIB = "LOADERTOP_BLACKBOX_MIB"  # the black box's budget per process, in MiB
 
 # ---- set by `loadertop run` for the programs below it (internal)
@@ -38,7 +40,8 @@ RANK_VARIABLES = (RANK, LOCAL_RANK, SLURM_PROCID)  # a source's rank: the first 
 LOADERTOP_VARIABLES = (LOADERTOP_DISABLE, LOADERTOP_DIR, LOADERTOP_ENDPOINT, LOADERTOP_CURVE_SECRET,
                        LOADERTOP_AUTHORIZED_KEYS, LOADERTOP_RUN, LOADERTOP_RUN_WARNED,
                        LOADERTOP_RUN_PORT_BASE, LOADERTOP_SHM_PATH, LOADERTOP_RESOURCE_S,
-                       LOADERTOP_TUNE_NUM_WORKERS, LOADERTOP_BLACKBOX_MIB, LOADERTOP_AUTOTUNE)
+                       LOADERTOP_TUNE_NUM_WORKERS, LOADERTOP_BLACKBOX_MIB, LOADERTOP_AUTOTUNE,
+                       LOADERTOP_AUTOTUNE_SCHEDULE)
 
 
 def disabled(environ: Mapping[str, str] = os.environ) -> bool:
@@ -59,6 +62,25 @@ def run_hook_enabled(environ: Mapping[str, str] = os.environ) -> bool:
 def autotune(environ: Mapping[str, str] = os.environ) -> bool:
     """True inside a program started by `loadertop run --autotune` (docs/contract.md §10)."""
     return environ.get(LOADERTOP_AUTOTUNE) == "1"
+
+
+def autotune_schedule(environ: Mapping[str, str] = os.environ) -> list[tuple[int, int, int]] | None:
+    """LOADERTOP_AUTOTUNE_SCHEDULE, a test hook: (epoch, batch, num_workers) triples — `run
+    --autotune` switches to that count when the loop has had that many batches of that epoch
+    (from 0), and does nothing else of its own. None when unset or malformed."""
+    raw = environ.get(LOADERTOP_AUTOTUNE_SCHEDULE)
+    if not raw:
+        return None
+    out = []
+    for part in raw.split(","):
+        values = [_index(f) for f in part.split(":")]
+        if len(values) != 3:
+            return None
+        epoch, batch, count = values
+        if epoch is None or batch is None or not count:
+            return None
+        out.append((epoch, batch, count))
+    return out
 
 
 def tune_num_workers(environ: Mapping[str, str] = os.environ) -> int | None:

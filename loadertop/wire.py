@@ -230,8 +230,21 @@ class AutotuneSetting(msgspec.Struct, frozen=True, gc=False):
     num_workers: Count
     samples_per_s: Annotated[float, Meta(ge=0)] | None
     noise: Annotated[float, Meta(ge=0)]  # the rate's standard error, relative to it
-    epochs: Count
+    epochs: Count  # its measurements: epochs, and windows inside an epoch
     note: ShortText | None = None  # "memory" or "failed": never tried again in the run
+    windows: Count = 0  # of `epochs`, windows inside a long epoch
+
+
+class AutotuneSwitch(msgspec.Struct, frozen=True, gc=False):
+    """One change of num_workers inside an epoch (docs/contract.md §10)."""
+
+    epoch: Count  # the loader's epoch, from 0
+    batch: Count  # the loop had this many of the epoch's batches when it began
+    from_workers: Count = msgspec.field(name="from")
+    to_workers: Count = msgspec.field(name="to")
+    reason: Text = ""
+    gain: float | None = None  # the new count's rate over the old one's, once both are measured
+    prefetch_factor: Count | None = None  # the new iterator's, where the switch changed it
 
 
 class AutotuneReport(msgspec.Struct, frozen=True, gc=False):
@@ -245,6 +258,13 @@ class AutotuneReport(msgspec.Struct, frozen=True, gc=False):
     best_samples_per_s: Annotated[float, Meta(ge=0)] | None
     tried: Annotated[tuple[AutotuneSetting, ...], Meta(max_length=256)]
     reason: Text
+    # inside epochs: the latest switches, how many there were, and why the loader has none
+    switches: Annotated[tuple[AutotuneSwitch, ...], Meta(max_length=64)] = ()
+    switch_count: Count = 0
+    fixed: ShortText | None = None
+    # prefetch_factor: the one the loader gets now, and the program's (None without workers)
+    prefetch_factor: Count | None = None
+    program_prefetch_factor: Count | None = None
 
 
 class LoaderReport(msgspec.Struct, frozen=True, gc=False, tag="loader"):

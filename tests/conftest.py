@@ -108,7 +108,8 @@ _FLEET = frozenset({  # test_e2e_snapshot's `fleet`: CPU fractions, fetch times 
 })
 SERIAL: dict[str, frozenset[str] | None] = {
     "test_autotune.py": frozenset({  # the epochs' rates decide where the tuner settles
-        "test_a_job_started_at_two_workers_settles_at_the_knee_within_the_budget"}),
+        "test_a_job_started_at_two_workers_settles_at_the_knee_within_the_budget",
+        "test_more_workers_whose_memory_would_pass_the_margin_are_never_tried"}),
     "test_advice_experiments.py": None,
     "test_attach.py": frozenset({  # seen in a snapshot within 5 s of the attach
         "test_attach_mid_epoch_measures_then_detaches_and_the_job_stays_its_own"}),

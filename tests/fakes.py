@@ -189,6 +189,7 @@ class LoaderSim:
     epoch: int = 3
     probe_cpu_fraction: float = 0.004
     wobble: float = 0.0  # how much the figures drift between reports (a share of each figure)
+    autotune: wire.AutotuneReport | None = None  # `run --autotune`'s state, sent as it is
     # --- state while a scenario runs
     seq: int = 0
     _carry: float = 0.0  # fractional batches owed to the next report
@@ -281,7 +282,7 @@ class LoaderSim:
             loop_fetch_wall_ns=loop_wall, loop_fetch_cpu_ns=round(loop_wall * self.loop_fetch_cpu_fraction),
             probe_cpu_fraction=self.probe_cpu_fraction, stages=self._stages(waits, wait_ns, drift),
             wait_histogram=self._wait_buckets.histogram(),
-            step_histogram=self._step_buckets.histogram())
+            step_histogram=self._step_buckets.histogram(), autotune=self.autotune)
         self.seq += 1
         return msg
 
@@ -685,6 +686,30 @@ def unpaired_doc(reason: str = "in_order_false") -> Document:
     (in_order=False): the split of the wait is unknown and says why."""
     loader = _io_loader()
     loader.unpaired = reason
+    return _one([loader], [_io_machine()])
+
+
+def autotuned_doc() -> Document:
+    """One long epoch under `run --autotune`: started at 2 workers, it climbed inside the epoch
+    to 4 (+93 %) and 6 (no gain), and went back to 4, where it settled (three switches)."""
+    loader = _io_loader()
+
+    def tried(n: int, rate: float) -> wire.AutotuneSetting:
+        return wire.AutotuneSetting(num_workers=n, samples_per_s=rate, noise=0.01, epochs=3,
+                                    windows=3)
+
+    def switch(batch: int, before: int, after: int, gain: float, reason: str) -> wire.AutotuneSwitch:
+        return wire.AutotuneSwitch(epoch=0, batch=batch, from_workers=before, to_workers=after,
+                                   reason=reason, gain=gain)
+
+    loader.autotune = wire.AutotuneReport(
+        state="settled", num_workers=4, program_num_workers=2, epoch=0, best_num_workers=4,
+        best_samples_per_s=190.0, reason="settled on 4 workers, +93% over the program's 2 "
+        "(6 gained +2% over 4)", tried=(tried(2, 98.3), tried(4, 190.0), tried(6, 193.1)),
+        switches=(switch(57, 2, 4, 0.93, "climbing: 2 gave 98 samples/s; trying 4"),
+                  switch(172, 4, 6, 0.02, "climbing: 4 gave 190 samples/s; trying 6"),
+                  switch(1234, 6, 4, -0.02, "6 gained +2% over 4; refining around 4: trying 3")),
+        switch_count=3, prefetch_factor=2, program_prefetch_factor=2)
     return _one([loader], [_io_machine()])
 
 

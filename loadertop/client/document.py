@@ -181,8 +181,21 @@ class AutotuneTried(_Figures, frozen=True, kw_only=True):
     num_workers: Count
     samples_per_s: NonNegative | None
     noise: NonNegative  # the rate's standard error, relative to it
-    epochs: Count
+    epochs: Count  # its measurements: epochs, and windows inside an epoch
     note: str | None = None  # "memory" or "failed": never tried again in the run
+    windows: Count = 0  # of `epochs`, windows inside a long epoch
+
+
+class AutotuneSwitchFigures(_Figures, frozen=True, kw_only=True):
+    """One change of num_workers inside an epoch (docs/contract.md §10)."""
+
+    epoch: Count  # the loader's epoch, from 0
+    batch: Count  # the loop had this many of the epoch's batches when it began
+    from_workers: Count = msgspec.field(name="from")
+    to_workers: Count = msgspec.field(name="to")
+    reason: str
+    gain: float | None = None  # the new count's rate over the old one's, once both are measured
+    prefetch_factor: Count | None = None  # the new iterator's, where the switch changed it
 
 
 class AutotuneFigures(_Figures, frozen=True, kw_only=True):
@@ -195,6 +208,11 @@ class AutotuneFigures(_Figures, frozen=True, kw_only=True):
     best: AutotuneBest | None
     tried: tuple[AutotuneTried, ...]
     reason: str
+    switches: tuple[AutotuneSwitchFigures, ...] = ()  # inside epochs, the latest (up to 64)
+    switch_count: Count = 0  # ... and how many there were in all
+    fixed: str | None = None  # why the count changes only between epochs (None: it may inside)
+    prefetch_factor: Count | None = None  # the one the loader gets now ...
+    program_prefetch_factor: Count | None = None  # ... and the program's
 
 
 class SettingFigures(_Figures, frozen=True, kw_only=True):

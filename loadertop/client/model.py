@@ -33,6 +33,7 @@ from loadertop.client.document import (
     SNAPSHOT_SCHEMA,
     AutotuneBest,
     AutotuneFigures,
+    AutotuneSwitchFigures,
     AutotuneTried,
     Document,
     EndFigures,
@@ -694,6 +695,15 @@ def _autotune(report: wire.AutotuneReport | None) -> AutotuneFigures | None:
         state=report.state, num_workers=report.num_workers,
         program_num_workers=report.program_num_workers, epoch=report.epoch, best=best,
         tried=tuple(AutotuneTried(num_workers=t.num_workers, samples_per_s=_round(t.samples_per_s),
-                                  noise=round(t.noise, 4), epochs=t.epochs, note=t.note)
+                                  noise=round(t.noise, 4), epochs=t.epochs, note=t.note,
+                                  windows=t.windows)
                     for t in report.tried),
-        reason=report.reason)
+        reason=report.reason,
+        switches=tuple(AutotuneSwitchFigures(
+            epoch=s.epoch, batch=s.batch, from_workers=s.from_workers, to_workers=s.to_workers,
+            reason=s.reason, gain=round(s.gain, 4) if s.gain is not None else None,
+            prefetch_factor=s.prefetch_factor)
+            for s in report.switches),
+        switch_count=report.switch_count, fixed=report.fixed,
+        prefetch_factor=report.prefetch_factor,
+        program_prefetch_factor=report.program_prefetch_factor)

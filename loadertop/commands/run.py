@@ -53,9 +53,10 @@ options:
                      or PORT alone (= tcp://127.0.0.1:PORT). With torchrun, local rank N listens
                      on PORT+N. A host beyond loopback (0.0.0.0) makes the figures reachable from
                      the network: see docs/remote.md (SSH forwarding, CurveZMQ keys).
-  --autotune         tune each loader's num_workers between epochs, inside this run (the order
-                     and content of batches do not change; which worker makes which batch does:
-                     see docs/autotune.md). At exit one line per loader says where it settled.
+  --autotune         tune each loader's num_workers between epochs, and inside a long epoch of a
+                     map-style loader, during this run (the order and content of batches do not
+                     change; which worker makes which batch does: see docs/autotune.md). At exit
+                     one line per loader says where it settled.
   -q, --quiet        do not print the one-line hint on stderr
   -h, --help         show this help
 

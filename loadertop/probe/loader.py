@@ -214,33 +214,51 @@ def instrumented_iter(loader, record: LoaderRecord, endpoint: str | None, origin
     `iterators`: (multi-worker, num_workers=0) classes of `_iterator_classes`; by default those of
     HOT_PATH (tests and the benchmark pass PY_ITERATORS to run the pure-Python one).
     """
+    multi, single = iterators or (_InstrumentedIterator, _SingleProcessIterator)
     tuner = record.autotune if record.autotune is not None and record.autotune.active else None
     if tuner is not None:  # `run --autotune`: the epoch boundary, where the count may change
-        tuner.begin(loader)
+        # No switch inside an epoch is armed while the epoch's iterator is made (its
+        # `_sampler_iter` is set there): see LoaderTuner.switch_lock.
+        with tuner.switch_lock:
+            tuner.begin(loader)
+            tuner.worker_init = lambda view: _worker_hook(view, record, endpoint, fresh=True)
+            inner, started = _make_inner(loader, record, endpoint,
+                                         lambda lo: tuner.create(lo, original_iter))
+            record.refresh_config(loader)  # a count that could not start was reverted in create()
+            record.attach(inner, started)
+            tuner.started(loader, inner, started)
+            return _tuned_class(multi)(inner, record, tuner)
+    inner, started = _make_inner(loader, record, endpoint, original_iter)
+    record.attach(inner, started)
+    return (single if not (getattr(loader, "num_workers", 0) or 0) else multi)(inner, record)
+
+
+def _make_inner(loader, record: LoaderRecord, endpoint: str | None, create) -> tuple:
+    """(torch's iterator, made by `create(loader)` with our worker hook chained, and when its
+    making began: torch starts the workers inside it)."""
     record.refresh_config(loader)  # before torch forks the workers: see LoaderRecord.attach
     num_workers = getattr(loader, "num_workers", 0) or 0
     hooked = num_workers > 0 and hasattr(loader, "worker_init_fn")
     if hooked:
         original = loader.worker_init_fn
-        loader.worker_init_fn = WorkerHook(
-            original, record.source, endpoint, record.stack_dir,
-            _generators_for_fork(loader, original) if endpoint else None)
+        loader.worker_init_fn = _worker_hook(loader, record, endpoint)
     started = _clock()  # the epoch's start: torch starts the workers inside this call
     _inside.active = True
     try:
-        inner = original_iter(loader) if tuner is None else tuner.create(loader, original_iter)
+        inner = create(loader)
     finally:
         _inside.active = False
         if hooked:
             loader.worker_init_fn = original
-    multi, single = iterators or (_InstrumentedIterator, _SingleProcessIterator)
-    if tuner is not None:
-        record.refresh_config(loader)  # a count that could not start was reverted in create()
-        record.attach(inner, started)
-        tuner.started(loader, inner, started)
-        return _tuned_class(multi)(inner, record, tuner)
-    record.attach(inner, started)
-    return (single if num_workers == 0 else multi)(inner, record)
+    return inner, started
+
+
+def _worker_hook(loader, record: LoaderRecord, endpoint: str | None, fresh: bool = False):
+    """The worker_init_fn the loader's workers start with: ours, chained in front of the
+    loader's own. `fresh`: workers started inside an epoch (probe/worker_switch.py)."""
+    original = loader.worker_init_fn
+    return WorkerHook(original, record.source, endpoint, record.stack_dir,
+                      _generators_for_fork(loader, original, fresh) if endpoint else None)
 
 
 _TUNED: dict[type, type] = {}
@@ -249,16 +267,32 @@ _TUNED: dict[type, type] = {}
 def _tuned_class(multi: type) -> type:
     """The multi-worker iterator of `run --autotune`: the same per-batch path (inherited), and
     when its last reference goes (the loop ended or broke) it tells the tuner the epoch's end and
-    torch's batch count. Used only with autotune on: without it the iterator is `multi` itself."""
+    torch's batch count. Inside an epoch the tuner may replace the torch iterator it wraps
+    (probe/worker_switch.py): `_lt_follow` gives the per-batch path another callable, on the
+    training thread. Used only with autotune on: without it the iterator is `multi` itself."""
     cls = _TUNED.get(multi)
     if cls is None:
+        stamper = multi.__mro__[1]  # the hot path's class (C or pure Python)
+
         class _TunedIterator(multi):
-            __slots__ = ("_lt_tuner", "_lt_token")
+            __slots__ = ("_lt_tuner", "_lt_token", "__weakref__")
 
             def __init__(self, inner, record: LoaderRecord, tuner) -> None:
                 super().__init__(inner, record)
                 self._lt_tuner = tuner
                 self._lt_token = tuner.epoch_token
+                tuner.loop_iterator(self)
+
+            def _lt_follow(self, next_callable) -> None:
+                """From the next batch on, the per-batch path calls `next_callable` (the hot
+                path's own __init__ sets it: the C one keeps it in a read-only slot)."""
+                rec = self._rec
+                stamper.__init__(self, next_callable, rec.events.append,  # type: ignore[misc]
+                                 rec.note_error, False)
+
+            @staticmethod
+            def _lt_unmeasured(inner):
+                return _unmeasured_next(inner)
 
             def __del__(self) -> None:
                 try:
@@ -271,7 +305,7 @@ def _tuned_class(multi: type) -> type:
     return cls
 
 
-def _generators_for_fork(loader, user_init_fn) -> list | None:
+def _generators_for_fork(loader, user_init_fn, fresh: bool = False) -> list | None:
     """The random generators reachable from the dataset, found here, before torch forks the
     workers, so that a forked worker reads their states without walking the dataset itself (a
     first touch there of everything the walk reads, on the way to its first batch). Here it
@@ -280,10 +314,10 @@ def _generators_for_fork(loader, user_init_fn) -> list | None:
     Only where that holds (rng.capture's `untouched`): workers forked, and no worker_init_fn of
     the program, which could make generators of its own; and only when this iter() starts
     workers (torch 2.13 resets a persistent iterator's workers: they ran their hook when they
-    started)."""
+    started; `fresh`: workers started inside an epoch, whatever the loader keeps)."""
     if user_init_fn is not None or torch_internals.worker_context(loader) != "fork":
         return None
-    if getattr(loader, "persistent_workers", False) and \
+    if not fresh and getattr(loader, "persistent_workers", False) and \
             getattr(loader, "_iterator", None) is not None:
         return None
     try:
@@ -335,7 +369,8 @@ def instrument(loader, *, name: str | None = None, endpoint: str | None = None,
 
     `endpoint` overrides LOADERTOP_ENDPOINT for this process's publisher (the first call that
     starts the publisher decides). With LOADERTOP_DISABLE=1 the loader is returned untouched.
-    `autotune`: tune its num_workers between epochs, as `run --autotune` does (§10).
+    `autotune`: tune its num_workers between epochs and inside long ones, as `run --autotune`
+    does (§10).
     """
     if environment.disabled():
         return loader

@@ -54,6 +54,11 @@ class LoaderRecord(StampDrain, StagePairing, QueueSampling, WorkerResources, Han
         # in ns, `produced` counted from next()'s entry; fetch/collate None where unmeasured.
         self.loop_samples: deque[LoopSample] = deque(maxlen=4096)
         self._iterator_ref = None
+        # `run --autotune`: the epoch's batches before the current iterator's first (an iterator
+        # that replaced the epoch's first counts from 0: probe/worker_switch.py), and the epoch's
+        # first pairing, which a replacement's pairing is chained to
+        self._iterator_offset = 0
+        self._attached_pairing: EpochPairing | None = None
         # one EpochPairing (or None: no workers) per EPOCH_MARK, in order
         self._pairings: deque[EpochPairing | None] = deque(maxlen=64)
         self._unresolved: deque[EpochPairing] = deque()  # pairings whose pids the publisher has yet to read
@@ -100,6 +105,7 @@ class LoaderRecord(StampDrain, StagePairing, QueueSampling, WorkerResources, Han
         workers' pids on the publisher thread (`_resolve_epochs`), from torch's own list of the
         epoch's Process objects, which stays readable after a worker dies or the iterator goes."""
         same_iterator = self.iterator is iterator  # persistent workers: one iterator, reset
+        self._iterator_offset = 0
         self._iterator_ref = _weak(iterator)
         self._loop_thread = threading.get_ident()
         # Read at every epoch: a thread's ident can be reused by a later thread, whose kernel
@@ -122,9 +128,26 @@ class LoaderRecord(StampDrain, StagePairing, QueueSampling, WorkerResources, Han
             self._unresolved.append(pairing)
         else:
             pairing = None
+        self._attached_pairing = pairing
         self._pairings.append(pairing)
         self._iter_starts.append(started_ns)
         self.events.append(EPOCH_MARK)
+
+    def switched(self, iterator: Any, offset: int, started_ns: int) -> None:
+        """`run --autotune` replaced the epoch's iterator inside it (probe/worker_switch.py): the
+        loop's batches from `offset` on are `iterator`'s, made by its workers (started at
+        `started_ns`). Training thread, once per switch; the config is read again (the count)."""
+        first = self._attached_pairing
+        pairing = EpochPairing(
+            None, 0, "in_order_false" if getattr(iterator, "_in_order", True) is False else None,
+            getattr(iterator, "_workers", None), int(getattr(iterator, "_num_workers", 0) or 0),
+            offset=offset, started_ns=started_ns)
+        if first is not None:
+            # the publisher reads the chain only for batches >= offset, none of them yielded yet
+            first.last().successor = pairing
+            self._unresolved.append(pairing)
+        self._iterator_offset = offset
+        self._iterator_ref = _weak(iterator)
 
     def start_autotune(self, loader: Any) -> None:
         """Tune this loader's num_workers between epochs (probe/autotune.py); imported only here,
@@ -133,7 +156,7 @@ class LoaderRecord(StampDrain, StagePairing, QueueSampling, WorkerResources, Han
 
         starts = self._epoch_starts_ms  # the drain's first-batch latencies, latest last
         self.autotune = autotune.LoaderTuner(
-            loader, self.name, warm_up_ms=lambda: starts[-1] if starts else None)
+            loader, self.name, warm_up_ms=lambda: starts[-1] if starts else None, record=self)
         autotune.track(self.autotune)
 
     def refresh_config(self, loader: Any) -> None:

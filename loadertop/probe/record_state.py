@@ -35,6 +35,8 @@ class RecordState:
     events: StampRing | DequeStamps
     loop_samples: deque[LoopSample]
     _iterator_ref: Callable[[], Any] | None
+    _iterator_offset: int
+    _attached_pairing: EpochPairing | None
     _pairings: deque[EpochPairing | None]
     _unresolved: deque[EpochPairing]
     _iter_starts: deque[int | None]

@@ -60,6 +60,10 @@ class ReportAssembly(RecordState):
         """The next report. `watched`: a viewer is subscribed, so a worker stuck in one batch is
         asked for its stack (a signal: see `_worker_stack`)."""
         self.drain()
+        if self.autotune is not None:  # `run --autotune`: measures inside the epoch, may switch
+            self.autotune.tick(self.batches_total, self._prev_t1, self._wait_ns,
+                               now_ns - self._interval_start_ns,
+                               sum(acc.wall_ns for acc in self._workers.values()))
         if self.config.num_workers:
             self.match_stages(now_ns)
         if self._error_new:

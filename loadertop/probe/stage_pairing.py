@@ -34,12 +34,19 @@ class EpochPairing:
     and task c is the (c // W)-th batch of worker c % W. An iterable dataset's worker that runs out
     (task e) is skipped from then on: batches from c = e on can no longer be named and stay
     unpaired. With `in_order=False` batches come in completion order: nothing is paired.
+
+    With `run --autotune` an epoch's iterator can be replaced inside it (probe/worker_switch.py):
+    from the loop's batch `offset` on, the batches are the new iterator's tasks 0, 1, ..., made
+    by its own workers. Each iterator of the epoch has its EpochPairing, chained from the first
+    (`successor`), and the c-th batch of the epoch is named by the last one whose offset is <= c.
     """
 
-    __slots__ = ("pids", "generation", "limit", "unpaired", "received", "workers", "expected")
+    __slots__ = ("pids", "generation", "limit", "unpaired", "received", "workers", "expected",
+                 "offset", "successor", "started_ns")
 
     def __init__(self, pids: list[int | None] | None, generation: int, unpaired: str | None,
-                 workers: list[Any] | None = None, expected: int = 0) -> None:
+                 workers: list[Any] | None = None, expected: int = 0, offset: int = 0,
+                 started_ns: int = 0) -> None:
         self.pids = pids  # None until LoaderRecord._resolve_epochs reads them from `workers`
         self.generation = generation
         self.limit: int | None = None  # the first task index that can no longer be named
@@ -47,11 +54,28 @@ class EpochPairing:
         self.received = 0
         self.workers = workers  # torch's list of the epoch's Process objects, until resolved
         self.expected = expected  # the loader's num_workers when the epoch began
+        self.offset = offset  # the epoch's batches before this iterator's first
+        self.successor: EpochPairing | None = None  # the iterator that replaced this one
+        self.started_ns = started_ns  # when a successor's workers started (0: the epoch's)
 
-    def key(self, c: int) -> tuple[int | None, int, int]:
+    def key(self, c: int) -> tuple[int | None, int, int] | None:
+        """The task behind the epoch's c-th batch; None where it cannot be named (a successor
+        whose workers are unreadable, or whose batches come in completion order)."""
+        pairing = self
+        while pairing.successor is not None and c >= pairing.successor.offset:
+            pairing = pairing.successor
+        if pairing is not self and (pairing.unpaired is not None or pairing.pids is None):
+            return None
         # Called once `_resolve_epochs` has read the pids: a list by then, not None.
-        w = len(self.pids)  # type: ignore[arg-type]
-        return self.pids[c % w], self.generation, c // w  # type: ignore[index]
+        t = c - pairing.offset
+        w = len(pairing.pids)  # type: ignore[arg-type]
+        return pairing.pids[t % w], pairing.generation, t // w  # type: ignore[index]
+
+    def last(self) -> EpochPairing:
+        pairing = self
+        while pairing.successor is not None:
+            pairing = pairing.successor
+        return pairing
 
 
 class StagePairing(RecordState):
@@ -93,6 +117,10 @@ class StagePairing(RecordState):
                 del recent[next(iter(recent))]
             self._worker_procs = procs
             self._worker_status = {}  # the previous epoch's workers are not this epoch's
+            if pairing.started_ns:  # an iterator replaced inside the epoch: its workers are new
+                self._epoch_floor_ns = pairing.started_ns
+                self._busy_since = {}
+                self._idle_seen = {}
 
     def _next_pairing(self) -> None:
         self._resolve_epochs()  # attach queued this mark's pairing before the mark itself
@@ -139,7 +167,8 @@ class StagePairing(RecordState):
         if pairing is None or pairing.unpaired is not None or pairing.limit is not None:
             return
         try:
-            rcvd = int(it._rcvd_idx)
+            # an iterator that replaced the epoch's first counts from 0 (probe/worker_switch.py)
+            rcvd = int(it._rcvd_idx) + self._iterator_offset
         except (AttributeError, TypeError, ValueError):
             return
         if rcvd == 0 or rcvd == pairing.received:
@@ -165,7 +194,8 @@ class StagePairing(RecordState):
                 receipts.popleft()
                 continue
             receipts.popleft()
-            produced = done.pop(pairing.key(c), None)
+            key = pairing.key(c)
+            produced = done.pop(key, None) if key is not None else None
             if produced is None:
                 # The worker sends its sample before it queues the batch, and the publisher reads
                 # the samples just before this: a sample missing PAIR_GRACE_NS after the loop had

@@ -219,7 +219,9 @@ def autotune_words(src: Source) -> str | None:
     tune = src.autotune
     if tune is None:
         return None
-    doing = {"settled": f"settled on {tune.num_workers} workers",
+    prefetch = (f", prefetch_factor {tune.prefetch_factor}"
+                if tune.prefetch_factor != tune.program_prefetch_factor else "")
+    doing = {"settled": f"settled on {tune.num_workers} workers{prefetch}",
              "backing_off": f"backing off to {tune.num_workers} workers"}.get(
                  tune.state, f"trying {tune.num_workers} workers")
     words = f"autotune · epoch {tune.epoch} · {doing}"
@@ -231,6 +233,26 @@ def autotune_words(src: Source) -> str | None:
         if own and best.num_workers != tune.program_num_workers:
             words += (f", {best.samples_per_s / own - 1:+.0%} over the program's "
                       f"{tune.program_num_workers}").replace("%", " %")
+    return words
+
+
+def switch_words(src: Source) -> str | None:
+    """`run --autotune`'s latest switch inside an epoch, e.g. "2 → 4 workers at batch 1,234 of
+    epoch 0: +88 %" (the gain once both counts are measured), and how many there were; None
+    where there was none."""
+    tune = src.autotune
+    if tune is None or not tune.switches:
+        return None
+    last = tune.switches[-1]
+    workers = (f"{last.from_workers} → {last.to_workers} workers" if last.from_workers != last.to_workers
+               else f"{last.to_workers} workers")
+    if last.prefetch_factor is not None:
+        workers += f", prefetch_factor {last.prefetch_factor}"
+    words = f"{workers} at batch {last.batch:,} of epoch {last.epoch}"
+    if last.gain is not None:
+        words += f": {last.gain:+.0%}".replace("%", " %")
+    if tune.switch_count > 1:
+        words += f" ({tune.switch_count} switches)"
     return words
 
 
@@ -328,6 +350,9 @@ def _source_lines(src: Source, with_verdict: bool) -> list[str]:
     if tuned is not None and src.autotune is not None:
         out.append(f"  {tuned}")
         out.append(f"    why: {src.autotune.reason}")
+        switched = switch_words(src)
+        if switched is not None:
+            out.append(f"    last switch: {switched}")
     if src.earlier_settings:
         out.append("  earlier in this run: " + earlier_settings_words(src))
     fetch = src.loop.fetch_ms

@@ -27,7 +27,9 @@ this machine cannot tell it from nothing.
    batch here), so taking turns with the other variants its batches meet ~5x as many of those
    as a loop alone would (ad hoc, six variants: sampling on vs off +138 and +189 ns a batch).
 2. micro: the iterator wrappers alone around a Python iterator shaped like torch's (no
-   DataLoader noise), ns added per next(); both hot paths where the C one is built.
+   DataLoader noise), ns added per next(); both hot paths where the C one is built; the
+   multi-worker one under `--autotune` (the same per-batch path between switches), and during a
+   switch (the old iterator's outstanding batches, one Python call more each).
 3. frozen: the instrumented loop without a viewer (twice: A/A) and with a real subscriber
    process frozen by SIGSTOP (its socket buffers fill, the publisher must drop, never block);
    throughput ratio, goal >= 0.99. A control variant starts the same viewer, lets it subscribe,
@@ -288,6 +290,42 @@ class _PythonIterator:
         return self._next_data()
 
 
+class _TunerStub:
+    """What the `run --autotune` iterator asks of its tuner (probe/autotune.py's LoaderTuner)."""
+
+    epoch_token = 1
+
+    def loop_iterator(self, wrapper) -> None:
+        pass
+
+    def ended(self, token, batches) -> None:
+        pass
+
+    def switch_started(self, switch) -> None:
+        pass
+
+
+_STUB = _TunerStub()
+
+
+def _tuned(inner: _PythonIterator, record, switching: bool = False):
+    """The loop's iterator under --autotune; `switching`: every next() goes through a switch's
+    handover, as the old iterator's outstanding batches do (probe/worker_switch.py)."""
+    from loadertop.probe.loader import _InstrumentedIterator, _tuned_class
+    from loadertop.probe.worker_switch import Switch
+
+    wrapper = _tuned_class(_InstrumentedIterator)(inner, record, _STUB)
+    if switching:
+        inner._num_workers = inner._prefetch_factor = 2
+        inner._task_info = {0: (0,)}  # a task of the old workers outstanding, for ever
+        switch = Switch(owner=_STUB, wrapper=wrapper, old=inner, loader=_STUB, count=2,
+                        worker_hook=lambda view: None, base_seed=0, reason="")
+        switch.old = switch.new = inner
+        switch._old_next = inner.__next__
+        wrapper._lt_follow(switch)
+    return wrapper
+
+
 def wrapper_only(calls: int, rounds: int) -> None:
     """ns added per next() by each wrapper around an iterator shaped like the DataLoader's own.
     The record is registered (the publisher drains it, as in real use); no drain here: a second
@@ -318,12 +356,18 @@ def wrapper_only(calls: int, rounds: int) -> None:
         py_multi, py_single = PY_ITERATORS
         variants["num_workers>0, pure Python"] = lambda: py_multi(_PythonIterator(calls), record)
         variants["num_workers=0, pure Python"] = lambda: py_single(_PythonIterator(calls), record)
+    variants["num_workers>0 under --autotune"] = lambda: _tuned(_PythonIterator(calls), record)
+    variants["... during a switch"] = lambda: _tuned(_PythonIterator(calls), record, switching=True)
     ns = shuffled_rounds(variants, rounds, 1, per_call)
     print(f"2. the wrappers alone ({HOT_PATH}), {calls} next() x {rounds} rounds (ns per next()):")
     table(ns, " ns", digits=1)
     for name in list(variants)[2:]:
         print(f"    {name + ' - bare':<44} "
               f"{difference(ns, name, 'bare', ('bare', 'bare again'), digits=1)}")
+    for b, a in (("num_workers>0 under --autotune", "num_workers>0 iterator"),
+                 ("... during a switch", "num_workers>0 under --autotune")):
+        print(f"    {b[:22] + ' - ' + a[:19]:<44} "
+              f"{difference(ns, b, a, ('bare', 'bare again'), digits=1)}")
 
 
 # --------------------------------------------------------------------------- 3. frozen viewer

@@ -139,6 +139,15 @@ def _v1_memory_cgroup(limit_mib: int) -> Path | None:
     return group
 
 
+def _remove(group: Path) -> None:
+    for _ in range(50):  # the last pages are uncharged asynchronously
+        try:
+            group.rmdir()
+            return
+        except OSError:
+            wait_for(lambda: not (group / "cgroup.procs").read_text().strip(), 5, "an empty cgroup")
+
+
 def test_memory_pressure_backs_off_at_once_and_that_count_is_never_tried_again(tmp_path):
     """From worker id 2 on, the job's workers fill its memory cgroup to 93 %: the epoch at 4
     workers ends under the 10 % margin, so the tuner goes back to 2 and never tries 4 (or more)."""
@@ -150,13 +159,31 @@ def test_memory_pressure_backs_off_at_once_and_that_count_is_never_tried_again(t
                                  "--samples", "48", "--read-ms", "4", "--persistent",
                                  "--fill-cgroup-from-worker", "2", cgroup=group)
     finally:
-        for _ in range(50):  # the last pages are uncharged asynchronously
-            try:
-                group.rmdir()
-                break
-            except OSError:
-                wait_for(lambda: not (group / "cgroup.procs").read_text().strip(), 5,
-                         "an empty cgroup")
+        _remove(group)
     counts = [e["num_workers"] for e in epochs]
     assert counts == [2, 2, 4, 2, 2], (counts, stderr)
     assert "settled on num_workers=2" in stderr
+
+
+def test_more_workers_whose_memory_would_pass_the_margin_are_never_tried(tmp_path):
+    """Each worker holds 200 MiB of its own: in a 1200 MiB cgroup, 6 workers cannot fit at all.
+    Without the cgroup this job climbs to 6 and beyond (its store serves 16 reads at once); the
+    tuner predicts a count's memory from its workers' USS before it tries it, so the climb stops
+    below, and no count ever presses memory (a back-off would note it "memory")."""
+    group = _v1_memory_cgroup(1200)
+    if group is None:
+        pytest.skip("no v1 memory cgroup can be created here")
+    env = clean_env(short_tmpdir())
+    try:
+        epochs, stderr = run_job(tmp_path, "--epochs", "10", "--workers", "2", "--slots", "16",
+                                 "--samples", "320", "--read-ms", "5", "--persistent",
+                                 "--worker-ballast-mib", "200", env=env, cgroup=group)
+    finally:
+        _remove(group)
+    counts = [e["num_workers"] for e in epochs]
+    assert max(counts) >= 3 and max(counts) < 6, (counts, stderr)
+    snapshot = subprocess.run([PY, "-m", "loadertop", "snapshot", "--from", "last", "--json"],
+                              env=env, cwd=REPO, capture_output=True, text=True, timeout=TIMEOUT_S)
+    assert snapshot.returncode == 0, snapshot.stderr
+    tune = json.loads(snapshot.stdout)["sources"][0]["autotune"]
+    assert all(t["note"] is None for t in tune["tried"]), tune

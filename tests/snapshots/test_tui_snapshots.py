@@ -96,6 +96,13 @@ def test_split_unknown(snap_compare, size):
 
 
 @pytest.mark.parametrize("size", SIZES)
+def test_autotune_inside_an_epoch(snap_compare, size):
+    """`run --autotune` settled inside one long epoch: its line, and (wide) the latest switch."""
+    assert snap_compare(make_app(fakes.autotuned_doc()), terminal_size=SIZES[size],
+                        run_before=ticks(0))
+
+
+@pytest.mark.parametrize("size", SIZES)
 def test_no_gpu(snap_compare, size):
     assert snap_compare(make_app(fakes.no_gpu_doc()), terminal_size=SIZES[size], run_before=ticks(0))
 

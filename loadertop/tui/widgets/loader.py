@@ -33,6 +33,7 @@ from loadertop.views.text import (
     end_words,
     process_cpu_words,
     shown_state,
+    switch_words,
     time_shares,
 )
 
@@ -105,6 +106,9 @@ class LoaderPanel(Panel):
         tuned = autotune_words(src)
         if tuned is not None:
             out.append(((tuned[:width], ACCENT),))
+            switched = switch_words(src)
+            if switched is not None and not self.compact:
+                out.append(((f"  last switch: {switched}"[:width], DIM),))
 
         waits = self._history.loader(self.WAIT_P95, src.id)
         rates = self._history.loader(self.RATE, src.id)
