@@ -430,6 +430,7 @@ WorkerMessage = WorkerSample | WorkerStart
 
 _encoder = msgspec.msgpack.Encoder()
 _decoder = msgspec.msgpack.Decoder(Message)
+_PREFIX_LEN = len(FRAME_PREFIX)
 _sample_decoder = msgspec.msgpack.Decoder(WorkerMessage)
 
 
@@ -442,6 +443,13 @@ def decode(frame: bytes) -> Message:
     {"too_large", "not_loadertop", "wrong_version", "malformed"}."""
     if len(frame) > MAX_FRAME_BYTES:
         raise WireError("too_large", f"{len(frame)} bytes")
+    if frame.startswith(FRAME_PREFIX):
+        # This version's frame (a viewer's every frame): the body decoded in place, not copied
+        # out twice as the split below does (docs/performance.md, "The TUI watching many sources").
+        try:
+            return _decoder.decode(memoryview(frame)[_PREFIX_LEN:])
+        except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+            raise WireError("malformed", str(exc)[:200]) from None
     if not frame.startswith(TOPIC):
         raise WireError("not_loadertop")
     head, sep, body = frame[len(TOPIC) :].partition(b"\0")

@@ -35,10 +35,7 @@ SettingKey = tuple[int, int | None]  # (num_workers, batch_size)
 
 
 class _Interval(msgspec.Struct, frozen=True, gc=False):
-    """One report's share of a stretch, reduced to sums (no samples are kept). Made for every
-    report received (~260 a second for 64 sources; a frozen dataclass cost several times a
-    Struct: docs/performance.md) and kept KEEP_S (~7.7k for 64 sources): untracked by the garbage
-    collector, as the wire's reports are."""
+    """One report's share of a stretch, reduced to sums (no samples are kept)."""
 
     received: float
     seconds: float
@@ -50,35 +47,45 @@ class _Interval(msgspec.Struct, frozen=True, gc=False):
     workers_rss: int | None  # the workers' RSS at this report, summed
 
 
+def _interval(received: float, msg: wire.LoaderReport) -> _Interval:
+    fetch_batches = wall = cpu = 0
+    rss: int | None = None
+    for w in msg.workers:
+        fetch_batches += w.batches
+        wall += w.fetch_wall_ns
+        cpu += w.fetch_cpu_ns
+        if w.rss_bytes is not None:
+            rss = w.rss_bytes if rss is None else rss + w.rss_bytes
+    if not msg.config.num_workers:  # the loop fetches inside next(): its wait is the fetch
+        fetch_batches, wall, cpu = msg.batches, msg.wait_ns, 0
+    return _Interval(received, msg.interval_s, msg.batches, msg.wait_ns, fetch_batches, wall, cpu,
+                     rss)
+
+
 @dataclass
 class _Stretch:
+    """The reports of one setting. Each is kept as it came, with when it was received (the
+    model keeps it longer anyway: an untracked tuple is all this adds), and reduced to its sums
+    only when the stretch ends: a setting changes rarely, a report comes 4 times a second per
+    source (docs/performance.md, "The TUI watching many sources")."""
+
     key: SettingKey
     started: bool = False  # the start-up (up to the first report with a batch) is behind it
-    intervals: deque[_Interval] = field(default_factory=deque)
+    reports: deque[tuple[float, wire.LoaderReport]] = field(default_factory=deque)
 
     def add(self, msg: wire.LoaderReport, now: float) -> None:
         if not self.started:
             self.started = msg.batches > 0
             return
-        fetch_batches = wall = cpu = 0
-        rss: int | None = None
-        for w in msg.workers:
-            fetch_batches += w.batches
-            wall += w.fetch_wall_ns
-            cpu += w.fetch_cpu_ns
-            if w.rss_bytes is not None:
-                rss = w.rss_bytes if rss is None else rss + w.rss_bytes
-        if not msg.config.num_workers:  # the loop fetches inside next(): its wait is the fetch
-            fetch_batches, wall, cpu = msg.batches, msg.wait_ns, 0
-        self.intervals.append(_Interval(now, msg.interval_s, msg.batches, msg.wait_ns,
-                                        fetch_batches, wall, cpu, rss))
-        while self.intervals and self.intervals[0].received < now - KEEP_S:
-            self.intervals.popleft()
+        reports = self.reports
+        reports.append((now, msg))
+        while reports and reports[0][0] < now - KEEP_S:
+            reports.popleft()
 
     def summary(self) -> SettingFigures | None:
+        intervals = [_interval(received, msg) for received, msg in self.reports]
         # The reports after the last batch are the program dropping the loader and making the
         # next one (still under the old config until the new iterator exists): not this setting.
-        intervals = list(self.intervals)
         while intervals and intervals[-1].batches == 0:
             intervals.pop()
         seconds = sum(i.seconds for i in intervals)

@@ -161,31 +161,36 @@ class Subscriber:
             return 0
         # pyzmq 27's Poller.poll takes a float timeout (it truncates it); its stub says int.
         events = self.poller.poll(timeout_ms)  # type: ignore[arg-type]
+        # Every frame passes here (hundreds a second from a fleet): what the loop uses is looked
+        # up once per poll, not once per frame (docs/performance.md, "The TUI watching many sources").
+        model, clock, recorder, history = self.model, self.clock, self.recorder, self.history
+        decode, ingest, sources, again = wire.decode, model.ingest, model.sources, zmq.Again
         while events and count < MAX_FRAMES_PER_POLL:
             for sock, _ in events:
                 endpoint = self.by_socket.get(sock)
+                recv = sock.recv
                 for _ in range(1000):
                     try:
-                        frame = sock.recv(zmq.NOBLOCK, copy=True)
-                    except zmq.Again:
+                        frame = recv(zmq.NOBLOCK, copy=True)
+                    except again:
                         break
                     count += 1
                     try:
-                        msg = wire.decode(frame)
+                        msg = decode(frame)
                     except wire.WireError as exc:
-                        self.model.reject(exc.reason)
+                        model.reject(exc.reason)
                         continue
-                    now = self.clock()
+                    now = clock()
                     seeded: str | None = None  # the source just started from its black box
-                    if (self.history is not None and isinstance(msg, wire.LoaderReport)
-                            and msg.source not in self.model.sources):
+                    if (history is not None and isinstance(msg, wire.LoaderReport)
+                            and msg.source not in sources):
                         self._seed(msg, now)
                         seeded = msg.source
-                    self.model.ingest(msg, now, endpoint)
+                    ingest(msg, now, endpoint)
                     if seeded is not None:  # the black box keeps a decimated history: its gaps are not losses
-                        self.model.sources[seeded].missed = 0
-                    if self.recorder is not None:  # the valid frame as it came: `loadertop record`
-                        self.recorder.add(frame, now, endpoint)
+                        sources[seeded].missed = 0
+                    if recorder is not None:  # the valid frame as it came: `loadertop record`
+                        recorder.add(frame, now, endpoint)
             events = self.poller.poll(0)
         if self.recorder is not None:
             self.recorder.flush_if_due()

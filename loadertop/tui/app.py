@@ -15,6 +15,7 @@ This module imports neither torch nor zmq: the feed is handed in.
 
 from __future__ import annotations
 
+import gc
 import math
 import time
 from collections.abc import Callable
@@ -151,6 +152,7 @@ class LoadertopApp(App[None]):
         self._refresh_timer: Timer | None = None
         self._poll_timer: Timer | None = None
         self._main_screen: Screen[Any] | None = None  # set on mount
+        self._frozen = False  # the objects made up to the first figures: out of full collections
 
     # ------------------------------------------------------------------ layout
 
@@ -231,6 +233,18 @@ class LoadertopApp(App[None]):
         else:
             with self.batch_update():
                 self._render_header()
+        if not self._frozen and self.document is not None and self.document.sources:
+            self._freeze_once()
+
+    def _freeze_once(self) -> None:
+        """Move what exists by the first figures on screen (the modules, the screen's widgets,
+        each source's history) out of the garbage collector's full collections, for good: they
+        live as long as the viewer, and a full collection walked them all every few seconds
+        (docs/performance.md, "The TUI watching many sources"). In a terminal only: a headless
+        app is a test's, whose process goes on to other tests."""
+        self._frozen = True
+        if not self.is_headless:
+            gc.freeze()
 
     def _every(self, interval_s: float) -> int:
         """Ticks between two updates of something drawn at most every ``interval_s``."""

@@ -17,6 +17,13 @@ refresh only against <= 5 % of one core.
 ``--rounds R`` measures each refresh R times and prints the best and the median: the machine may
 be shared, and the best of several rounds is the figure least disturbed by other work.
 
+``--compare DIR`` runs another checkout's viewer (DIR first on its PYTHONPATH) beside this one's,
+on the same feeders, both measured over the same seconds: a before and an after under the same
+load (measured one after the other, a shared machine's load moved between them by more than
+the change). Each round also says how many refreshes the viewer made (headless: its tick count;
+tmux: the header's clock, read from the pane every 0.25 s): a machine loaded by others delays
+Textual's timer until it skips ticks, and a viewer that refreshed less used less.
+
 Modes: ``headless`` runs the real app under ``App.run_test(headless=True)`` in a child process
 (everything but the terminal writes); ``tmux`` runs the real ``loadertop`` command in a detached
 tmux session (what a user runs, terminal output included). The first seconds (imports, first
@@ -31,6 +38,7 @@ import argparse
 import asyncio
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -140,48 +148,105 @@ def run_headless_viewer(endpoints: list[str], directory: str, refresh: float, se
 
 
 def measure_headless(endpoints: list[str], directory: str, refresh: float, seconds: float,
-                     warmup: float = WARMUP_S) -> dict:
-    out = subprocess.run(
+                     warmup: float, paths: list[str | None]) -> list[dict]:
+    """One headless viewer per PYTHONPATH in `paths`, all at once."""
+    children = [subprocess.Popen(
         [sys.executable, __file__, "--viewer", "--refresh", str(refresh), "--seconds", str(seconds),
          "--warmup", str(warmup), "--dir", directory, *endpoints],
-        capture_output=True, text=True, check=True)
-    return json.loads(out.stdout.strip().splitlines()[-1])
+        env=with_pythonpath(path), stdout=subprocess.PIPE, text=True) for path in paths]
+    results = []
+    for child in children:
+        out, _ = child.communicate()
+        if child.returncode:
+            raise SystemExit(f"a headless viewer failed (exit {child.returncode})")
+        results.append(json.loads(out.strip().splitlines()[-1]))
+    return results
 
 
 # ------------------------------------------------------------------ tmux: the real command
 
 
-def measure_tmux(endpoints: list[str], directory: str, refresh: float, seconds: float,
-                 warmup: float = WARMUP_S) -> dict:
-    import psutil
+CLOCK = re.compile(rb"\b\d\d:\d\d:\d\d\b")  # the header's clock, redrawn at every refresh
 
-    session = f"loadertop-bench-{os.getpid()}"
-    loadertop = shutil.which("loadertop") or f"{sys.executable} -m loadertop"
-    cmd = f"{loadertop} --refresh {refresh} {' '.join(endpoints)}"
-    if os.environ.get("PYTHONPATH"):  # a running tmux server has its own environment
-        cmd = f"env PYTHONPATH={os.environ['PYTHONPATH']} {cmd}"
-    subprocess.run(["tmux", "new-session", "-d", "-s", session, "-x", str(SIZE[0]), "-y", str(SIZE[1]),
-                    cmd], check=True)
-    try:
-        pane_pid = int(subprocess.run(["tmux", "list-panes", "-t", session, "-F", "#{pane_pid}"],
-                                      capture_output=True, text=True, check=True).stdout.split()[0])
+
+class TmuxViewer:
+    """The real `loadertop` command in a detached tmux session of its own tmux server (-L):
+    another user's `kill-server` cannot end it."""
+
+    def __init__(self, name: str, endpoints: list[str], refresh: float, path: str | None) -> None:
+        import psutil
+
+        self.session = name
+        self.tmux = ["tmux", "-L", name]
+        loadertop = shutil.which("loadertop") or f"{sys.executable} -m loadertop"
+        cmd = f"{loadertop} --refresh {refresh} {' '.join(endpoints)}"
+        if path:  # a tmux server has its own environment
+            cmd = f"env PYTHONPATH={path} {cmd}"
+        for _ in range(5):  # a server ended a moment ago may still be exiting: start again
+            started = subprocess.run([*self.tmux, "new-session", "-d", "-s", name, "-x", str(SIZE[0]),
+                                      "-y", str(SIZE[1]), cmd], capture_output=True, text=True)
+            if started.returncode == 0:
+                break
+            time.sleep(1.0)
+        else:
+            raise SystemExit(f"tmux did not start: {started.stderr.strip()}")
+        pane_pid = int(self.run("list-panes", "-t", name, "-F", "#{pane_pid}").split()[0])
         # tmux starts the command through a shell, which may or may not exec it.
         pane = psutil.Process(pane_pid)
         procs = [pane, *pane.children(recursive=True)]
-        proc = next((q for q in procs if "python" in q.name() or "loadertop" in " ".join(q.cmdline())
-                     and q.name() not in ("sh", "bash", "dash")), pane)
+        self.proc = next((q for q in procs if "python" in q.name() or "loadertop" in
+                          " ".join(q.cmdline()) and q.name() not in ("sh", "bash", "dash")), pane)
+        self.clocks: set[bytes] = set()
+
+    def run(self, *args: str) -> str:
+        return subprocess.run([*self.tmux, *args], capture_output=True, text=True).stdout
+
+    def cpu_s(self) -> float:
+        return sum(self.proc.cpu_times()[:2])
+
+    def read_clock(self) -> None:
+        self.clocks.update(CLOCK.findall(self.run("capture-pane", "-p", "-t", self.session,
+                                                  "-S", "0", "-E", "0").encode()))
+
+    def close(self) -> None:
+        subprocess.run([*self.tmux, "kill-server"], capture_output=True)
+
+
+def measure_tmux(endpoints: list[str], directory: str, refresh: float, seconds: float,
+                 warmup: float, paths: list[str | None]) -> list[dict]:
+    """One viewer in tmux per PYTHONPATH in `paths`, side by side: measured over the same seconds."""
+    viewers: list[TmuxViewer] = []
+    try:
+        for i, path in enumerate(paths):
+            viewers.append(TmuxViewer(f"loadertop-bench-{os.getpid()}-{i}", endpoints, refresh, path))
         time.sleep(warmup)
-        c0, w0 = sum(proc.cpu_times()[:2]), time.monotonic()
-        time.sleep(seconds)
-        c1, w1 = sum(proc.cpu_times()[:2]), time.monotonic()
-        screen = subprocess.run(["tmux", "capture-pane", "-p", "-t", session],
-                                capture_output=True, text=True).stdout
-        if "batches/s" not in screen:
-            print(screen)
-            raise SystemExit("the viewer in tmux shows no loader figures")
-        return {"cpu_s": c1 - c0, "wall_s": w1 - w0}
+        w0 = time.monotonic()
+        c0 = [v.cpu_s() for v in viewers]
+        while time.monotonic() - w0 < seconds:
+            for v in viewers:
+                v.read_clock()
+            time.sleep(min(0.25, max(0.0, w0 + seconds - time.monotonic())))
+        c1 = [v.cpu_s() for v in viewers]
+        wall = time.monotonic() - w0
+        for v in viewers:
+            screen = v.run("capture-pane", "-p", "-t", v.session)
+            if "batches/s" not in screen:
+                print(screen)
+                raise SystemExit("the viewer in tmux shows no loader figures")
+        return [{"cpu_s": b - a, "wall_s": wall, "ticks": len(v.clocks) if refresh >= 1 else None}
+                for v, a, b in zip(viewers, c0, c1)]
     finally:
-        subprocess.run(["tmux", "kill-session", "-t", session], capture_output=True)
+        for v in viewers:
+            v.close()
+
+
+def with_pythonpath(path: str | None) -> dict[str, str]:
+    """This environment with PYTHONPATH set to `path` (unset for None)."""
+    env = dict(os.environ)
+    env.pop("PYTHONPATH", None)
+    if path:
+        env["PYTHONPATH"] = path
+    return env
 
 
 def main() -> int:
@@ -193,6 +258,8 @@ def main() -> int:
                         "feeders sending real reports")
     p.add_argument("--processes", type=int, default=32, help="the fleet's feeder processes")
     p.add_argument("--rounds", type=int, default=1, help="measurements per refresh rate")
+    p.add_argument("--compare", metavar="DIR", default=None,
+                   help="also measure the viewer of the checkout in DIR, alternated with this one's")
     p.add_argument("--warmup", type=float, default=WARMUP_S,
                    help="seconds each viewer runs before it is measured (125: the model's and the "
                         "graphs' history full, the steady state)")
@@ -222,24 +289,39 @@ def main() -> int:
         watched = (f"{args.sources} loaders ({len(procs)} feeder processes, reports at 4 Hz)" if fleet
                    else "4 loaders (2 processes x train+val)")
         print(f"watching {watched} for {args.seconds:g} s per run, {os.cpu_count()} cores")
+        # (label, PYTHONPATH): this checkout, and the one compared with it.
+        here = os.environ.get("PYTHONPATH")
+        viewers = [("this", here)]
+        if args.compare:
+            there = os.path.abspath(args.compare)
+            viewers.append((os.path.basename(there) or there,
+                            os.pathsep.join(p for p in (there, here) if p)))
         for mode in modes:
             for refresh, goal in goals.items():
                 measure = measure_headless if mode == "headless" else measure_tmux
-                figures = []
+                figures: dict[str, list[float]] = {label: [] for label, _ in viewers}
                 for _ in range(args.rounds):
-                    r = measure(endpoints, directory, refresh, args.seconds, args.warmup)
-                    pct = 100.0 * r["cpu_s"] / r["wall_s"]
-                    figures.append(pct)
-                    ticks = f", {r['ticks']} ticks" if r.get("ticks") is not None else ""
-                    if r.get("sources") is not None:
-                        ticks += f", {r['sources']} sources shown"
-                    print(f"  {mode:8} refresh {refresh:>4g} s: viewer CPU {pct:5.1f} % of one core "
-                          f"({r['cpu_s']:.2f} s CPU / {r['wall_s']:.1f} s{ticks})", flush=True)
-                best, median = min(figures), sorted(figures)[len(figures) // 2]
-                ok = best <= goal
-                failed |= not ok
-                print(f"  {mode:8} refresh {refresh:>4g} s: best {best:.1f} %, median {median:.1f} % "
-                      f"of {len(figures)} — goal <= {goal:g} %: {'OK' if ok else 'OVER'}", flush=True)
+                    results = measure(endpoints, directory, refresh, args.seconds, args.warmup,
+                                      [path for _, path in viewers])
+                    for (label, _), r in zip(viewers, results):
+                        pct = 100.0 * r["cpu_s"] / r["wall_s"]
+                        figures[label].append(pct)
+                        ticks = f", {r['ticks']} ticks" if r.get("ticks") is not None else ""
+                        if r.get("sources") is not None:
+                            ticks += f", {r['sources']} sources shown"
+                        who = f" [{label}]" if args.compare else ""
+                        print(f"  {mode:8} refresh {refresh:>4g} s{who}: viewer CPU {pct:5.1f} % of one "
+                              f"core ({r['cpu_s']:.2f} s CPU / {r['wall_s']:.1f} s{ticks}; load "
+                              f"{os.getloadavg()[0]:.1f})", flush=True)
+                for label, pcts in figures.items():
+                    best, median = min(pcts), sorted(pcts)[len(pcts) // 2]
+                    ok = best <= goal
+                    if label == "this":
+                        failed |= not ok
+                    who = f" [{label}]" if args.compare else ""
+                    print(f"  {mode:8} refresh {refresh:>4g} s{who}: best {best:.1f} %, median "
+                          f"{median:.1f} % of {len(pcts)} — goal <= {goal:g} %: "
+                          f"{'OK' if ok else 'OVER'}", flush=True)
     finally:
         for proc in procs:
             proc.terminate()
