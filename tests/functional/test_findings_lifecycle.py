@@ -274,13 +274,15 @@ assert path is not None and worker._stack_file() == path, (path, worker._stack_f
 # A PyDLL keeps the GIL during the call: no Python code can run. The function is looked up here,
 # not at the call: ctypes resolves a symbol in Python code of its own (CDLL.__getattr__), where a
 # stack dump asked for just after the print below would otherwise find it on a loaded machine.
-c_sleep = ctypes.PyDLL(None).sleep
+c_read = ctypes.PyDLL(None).read
+byte = ctypes.create_string_buffer(1)
 
 def stuck_in_c():
     print(path, flush=True)
-    left = 3
-    while left:  # sleep() ends early when a handler runs: what C code that retries does
-        left = c_sleep(left)
+    # In C until the test writes a byte to stdin (once it has read the dump): no window of time
+    # that a loaded machine could let pass before the dump is asked for.
+    while c_read(0, byte, 1) < 0:  # a read ended early by a handler (EINTR) is retried, as C does
+        pass
     print(time.time(), flush=True)  # the GIL is free again from here on
 
 stuck_in_c()
@@ -296,15 +298,15 @@ def test_a_worker_stuck_in_c_holding_the_gil_writes_its_stack_when_asked(tmp_pat
     script.write_text(STUCK_IN_C)
     dumps = tmp_path / "stacks"
     dumps.mkdir()
-    proc = subprocess.Popen([sys.executable, str(script), str(dumps)], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen([sys.executable, str(script), str(dumps)], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         dump = proc.stdout.readline().strip()  # its memfd (/proc/<pid>/fd/<fd>), else a file
         assert stacks.is_worker_stack_file(dump, proc.pid, str(dumps)), proc.stderr.read()
         asked = time.time()
         assert stacks.ask_worker_stack(proc.pid)
-        stack = wait_for(lambda: stacks.read_dump_file(dump), 2.0, "the dump")  # inside the 3 s
-        out, err = proc.communicate(timeout=30)
+        stack = wait_for(lambda: stacks.read_dump_file(dump), 30, "the dump")  # it waits in C
+        out, err = proc.communicate("x", timeout=30)  # the byte it waits for: out of the C call
     finally:
         if proc.poll() is None:
             proc.kill()
