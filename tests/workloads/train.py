@@ -84,6 +84,8 @@ def parse(argv=None):
     p.add_argument("--name", default="train")
     p.add_argument("--context", default=None, help="multiprocessing context (fork, spawn, ...)")
     p.add_argument("--persistent", action="store_true")
+    p.add_argument("--worker-init-s", type=float, default=0.0,
+                   help="worker_init_fn sleeps this long (a costly set-up at each worker's start)")
     p.add_argument("--plain", action="store_true", help="do not instrument")
     p.add_argument("--store-slots", type=int, default=2, help="kind store: reads served at once")
     p.add_argument("--then-workers", type=int, default=None,
@@ -134,6 +136,10 @@ def nice_worker(increment: int, worker_id: int) -> None:
     os.nice(increment)
 
 
+def slow_worker_start(seconds: float, worker_id: int) -> None:
+    time.sleep(seconds)
+
+
 def worker_pid(piddir: str, worker_id: int, deadline_s: float = 5.0) -> int:
     end = time.monotonic() + deadline_s
     while time.monotonic() < end:
@@ -157,6 +163,8 @@ def make_loader(args, ds, workers: int):
             kwargs["worker_init_fn"] = functools.partial(nice_worker, args.nice_workers)
         elif args.rng == "per-worker":
             kwargs["worker_init_fn"] = seed_worker_rng
+        elif args.worker_init_s:
+            kwargs["worker_init_fn"] = functools.partial(slow_worker_start, args.worker_init_s)
     if args.collate_ms:
         kwargs["collate_fn"] = SleepCollate(args.collate_ms)
     elif args.list_batches:
