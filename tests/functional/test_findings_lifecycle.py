@@ -1,8 +1,9 @@
 """Findings from timing (issue 10), each from a real job judged through `loadertop snapshot
---json`: a worker SIGKILLed while training crashes at once, a loop blocked in next() with
-num_workers=0, workers stuck in their very first batch, one slow worker, a dataset's generator
-shared by every worker (and the same dataset seeded per worker), and epochs that re-create spawned
-workers. The hang of a worker later in its epoch and the death by an exit code are checked in
+--json` (the killed ones through an in-process viewer, the same model, watching until their end):
+a worker SIGKILLed while training crashes at once, a loop blocked in next() with num_workers=0,
+workers stuck in their very first batch, one slow worker, a dataset's generator shared by every
+worker (and the same dataset seeded per worker), and epochs that re-create spawned workers. The
+hang of a worker later in its epoch and the death by an exit code are checked in
 test_e2e_diagnosis (the same workloads as the stalled verdict)."""
 
 from __future__ import annotations
@@ -19,7 +20,6 @@ from workloads.lt_data import WorkloadDataset, seed_worker_rng
 import loadertop
 
 from conftest import (
-    SnapshotRun,
     WorkloadPool,
     check_document,
     kill_group,
@@ -27,6 +27,7 @@ from conftest import (
     source_of,
     wait_for,
 )
+from test_run import Viewer
 
 pytestmark = pytest.mark.slow
 
@@ -50,16 +51,16 @@ def _source_when(wl, ready, seconds: float = 3.0, timeout: float = 90.0) -> dict
 
 
 JOBS = {
-    # The loop SIGKILLs worker 0 after 1000 batches, ~5 s in (what the OOM killer does), once the
-    # snapshot watches (told by a file: on a loaded machine a snapshot started after the job's
+    # The loop SIGKILLs worker 0 after 1000 batches, ~5 s in (what the OOM killer does), once its
+    # viewer has its reports (told by a file: on a loaded machine a viewer started after the job's
     # discovery found it already gone); torch raises at once and the process dies of it.
     "killed": ("--kind", "sleep", "--ms", 5, "--workers", 2, "--batch-size", 2,
-               "--kill-worker-after", 1000, "--kill-when-told", "--crash", "--duration", 60),
+               "--kill-worker-after", 1000, "--kill-when-told", "--crash", "--duration", 120),
     # The same kill, then the loop sleeps in its step: torch's error comes from its SIGCHLD
     # handler there, not from next() (in a real job the loop is mostly in its step).
     "killed_in_step": ("--kind", "sleep", "--ms", 5, "--workers", 2, "--batch-size", 2,
                        "--kill-worker-after", 1000, "--kill-when-told", "--sleep-after-kill-s", 5,
-                       "--crash", "--duration", 60),
+                       "--crash", "--duration", 120),
     # num_workers=0: the loop fetches itself, so its own stack names the dataset's function.
     "hang0": ("--kind", "hang", "--workers", 0, "--batch-size", 2, "--after", 10,
               "--duration", 120),
@@ -83,11 +84,20 @@ JOBS = {
 
 
 def _killed(wl) -> dict:
+    """Watched by an in-process viewer until the job's end is in (no window: a snapshot watched a
+    fixed 8 s, which had to hold the job's 1000 batches, the kill and the crash, and a loaded
+    machine made them slower); told to kill once the viewer has its reports, so that its
+    subscription is through and the last report and the goodbye reach it."""
     wl.wait_discovery()
-    watching = SnapshotRun(wl.dir, seconds=8.0)  # from before the kill, which waits for it
-    wait_for(wl.watched, 30, "the snapshot to connect")
-    wl.tell("kill")
-    doc = watching.document()
+    viewer = Viewer(directory=wl.dir)
+    try:
+        viewer.until(lambda d: any(s["pid"] == wl.pid for s in d["sources"]), 60,
+                     "the job's reports")
+        wl.tell("kill")
+        doc = viewer.until(lambda d: any(s["pid"] == wl.pid and s["state"] == "finished"
+                                         for s in d["sources"]), 90, "the job's end")
+    finally:
+        viewer.close()
     return {"doc": doc, "rc": wl.wait(30), "status": wl.status(), "pids": wl.worker_pids()}
 
 
