@@ -385,7 +385,8 @@ class Workload:
         return self.wait_status(lambda st: st.get("batches", 0) >= n, timeout, f"{n} batches")
 
     def tell(self, what: str) -> None:
-        """Write the file `what` beside the status file (train.py --kill-when-told reads `kill`)."""
+        """Write the file `what` beside the status file (train.py reads `kill` with
+        --kill-when-told, `stop` with --stop-when-told)."""
         (self.work / what).write_text("")
 
     def watched(self) -> bool:
