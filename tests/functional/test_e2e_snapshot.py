@@ -268,13 +268,14 @@ def test_tcp_endpoint_from_env_and_pid_argument(fleet):
 # --------------------------------------------------------------------------- discovery lifecycle
 def test_discovery_entry_lifecycle(workload):
     """The entry appears once a loader runs and disappears at exit: normal, exception, SIGTERM."""
-    # 600 batches of >= 5 ms: the finite ones must still be running while the test reads all
-    # three entries in turn (with 60 they sometimes ended before their entry was looked at).
+    # The finite ones end when told, once the test has read all three entries in turn: a fixed
+    # count of batches (60, then 600) ended some before their entry was looked at where the
+    # test was slower than the job.
     # fresh: a real `python train.py`, whose command line the entry carries (a forked one
     # would carry the zygote's)
-    normal = workload("--kind", "cheap", "--workers", 1, "--step-ms", 5, "--batches", 600,
+    normal = workload("--kind", "cheap", "--workers", 1, "--step-ms", 5, "--stop-when-told",
                       "--duration", 60, fresh=True)
-    raising = workload("--kind", "cheap", "--workers", 1, "--step-ms", 5, "--batches", 600,
+    raising = workload("--kind", "cheap", "--workers", 1, "--step-ms", 5, "--stop-when-told",
                        "--duration", 60, "--end", "raise", fresh=True)
     termed = workload("--kind", "cheap", "--workers", 1, "--step-ms", 5, "--duration", 60, fresh=True)
     for wl in (normal, raising, termed):
@@ -285,6 +286,9 @@ def test_discovery_entry_lifecycle(workload):
         assert "train.py" in entry["command"]
         assert oct(os.stat(wl.dir).st_mode & 0o777) == "0o700"
         assert oct(os.stat(wl.entry_path).st_mode & 0o777) == "0o600"
+    for wl in (normal, raising):
+        assert wl.alive(), f"pid {wl.pid} ended before it was told"
+        wl.tell("stop")
     termed.wait_batches(10)
     termed.send(signal.SIGTERM)
     assert termed.wait(30) == -signal.SIGTERM
