@@ -114,9 +114,14 @@ def test_a_disk_that_fills_up_mid_run_turns_it_off_with_one_line(workload, lt_di
     if mounted.returncode != 0:
         pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.decode(errors='replace').strip()}")
     try:
-        # three files of a page each fill it; the recording outgrows its page within seconds
-        w = workload("--kind", "cheap", "--workers", "0", "--batch-size", "1", "--duration", "6",
-                     directory=lt_dir, env={STATE: str(state)})
+        # three files of a page each fill it; the recording outgrows its page as it goes: the
+        # job runs until that is said, then is told to stop (a run of a fixed 6 s left it to how
+        # much a loaded machine let the black box write in it)
+        w = workload("--kind", "cheap", "--workers", "0", "--batch-size", "1", "--stop-when-told",
+                     "--duration", START_TIMEOUT_S, directory=lt_dir, env={STATE: str(state)})
+        wait_for(lambda: "the black box is off" in w.stderr() or not w.alive(), START_TIMEOUT_S,
+                 "the black box to fill its disk")
+        w.tell("stop")
         assert w.wait(START_TIMEOUT_S) == 0, w.stderr()
         assert w.status()["phase"] == "done"
         lines = [line for line in w.stderr().splitlines() if line.startswith("loadertop:")]
