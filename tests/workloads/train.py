@@ -13,8 +13,11 @@ Kinds (per sample): sleep (I/O-like), cpu (burn CPU), cheap (nothing), hang (sle
 batch `--after` on), exit (``os._exit(--exit-code)`` from batch `--after` on), raise (ValueError).
 `--kill-worker-after N`: after N batches the loop SIGKILLs worker 0 itself (with `--kill-when-told`,
 once a file `kill` beside `--status` exists too). `--stop-when-told`: the loop ends once a file
-`stop` beside `--status` exists (a test's word, so that the job outlives what it watches). store: reads pass a
-semaphore of `--store-slots` slots shared by the workers (a storage serving that many at once).
+`stop` beside `--status` exists (a test's word, so that the job outlives what it watches);
+`--start-when-told`: its imports done and its dataset made, it waits for a file `start` there
+before it instruments its loader, which registers it (a test's word: its start is one moment).
+store: reads pass a semaphore of `--store-slots` slots shared by the workers (a storage serving
+that many at once).
 `--then-workers N --then-after S`: after S seconds the loop drops its loader and makes a new one,
 the same but with N workers (same name: the same source), for the rest of `--duration`.
 Each phase's throughput, measured by the loop itself after `--warmup-s`, goes into the status
@@ -56,6 +59,9 @@ def parse(argv=None):
     p.add_argument("--busy-step-ms", type=float, default=0.0, help="burn CPU this long per step")
     p.add_argument("--duration", type=float, default=10.0, help="stop iterating after S seconds")
     p.add_argument("--batches", type=int, default=0, help="stop after N batches (0: no limit)")
+    p.add_argument("--start-when-told", action="store_true",
+                   help="with its dataset made, write phase `ready` and wait for a file `start` "
+                        "beside --status before instrumenting its loader (which registers it)")
     p.add_argument("--stop-when-told", action="store_true",
                    help="stop iterating once a file `stop` exists beside --status (a test writes "
                         "it once it has seen what it needs of the running job); --duration and "
@@ -219,6 +225,10 @@ def main(argv=None) -> int:
                          piddir=args.piddir, payload=args.payload,
                          slow_worker_ms=args.slow_worker_ms, rng=args.rng,
                          store_slots=args.store_slots)
+    if args.start_when_told:  # before instrument(), which starts the publisher and registers
+        status.write(force=True, phase="ready")
+        while not os.path.exists(os.path.join(os.path.dirname(args.status or "."), "start")):
+            time.sleep(0.005)
     loader = make_loader(args, ds, args.workers)
     started = time.monotonic()
     end_at = started + args.duration
