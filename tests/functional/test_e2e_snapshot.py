@@ -34,6 +34,9 @@ SLEEP_MS = 5.0  # per sample, "io" scenario
 BATCH = 4
 STEP_MS = 20.0
 WINDOW_S = 3.0
+# The fleet's jobs live until the fixture kills them: this long only caps a lost one. With 60 s,
+# a loaded machine's slow snapshot starts could outlast them before the last documents were in.
+ALIVE_S = 600
 
 
 def _free_tcp_port() -> int:
@@ -50,19 +53,19 @@ def fleet():
         w = {
             # sleeps 5 ms per sample: fetch = 20 ms/batch, two workers keep up with a 20 ms step
             "io": pool("--kind", "sleep", "--ms", SLEEP_MS, "--workers", 2, "--batch-size", BATCH,
-                       "--step-ms", STEP_MS, "--duration", 60),
+                       "--step-ms", STEP_MS, "--duration", ALIVE_S),
             # burns 5 ms of CPU per sample in one worker, no step: the worker computes all the time
             "cpu": pool("--kind", "cpu", "--ms", 5, "--workers", 1, "--batch-size", BATCH,
-                        "--duration", 60),
+                        "--duration", ALIVE_S),
             # num_workers=0: the loop fetches itself (8 ms of sleep per batch)
             "w0": pool("--kind", "sleep", "--ms", 2, "--workers", 0, "--batch-size", BATCH,
-                       "--step-ms", 10, "--duration", 60),
+                       "--step-ms", 10, "--duration", ALIVE_S),
             # the script SIGKILLs worker 0 after 20 batches, catches torch's error, then idles
             "killed": pool("--kind", "cheap", "--workers", 2, "--batch-size", BATCH, "--step-ms", 10,
-                           "--kill-worker-after", 20, "--idle-after-error", 60, "--duration", 60),
+                           "--kill-worker-after", 20, "--idle-after-error", ALIVE_S, "--duration", ALIVE_S),
             # an explicit LOADERTOP_ENDPOINT on loopback tcp
             "tcp": pool("--kind", "cheap", "--workers", 2, "--batch-size", BATCH, "--step-ms", 10,
-                        "--duration", 60, env={"LOADERTOP_ENDPOINT": f"tcp://127.0.0.1:{port}"}),
+                        "--duration", ALIVE_S, env={"LOADERTOP_ENDPOINT": f"tcp://127.0.0.1:{port}"}),
         }
         entries = {name: wl.wait_discovery() for name, wl in w.items()}
         for name, wl in w.items():
