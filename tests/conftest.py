@@ -36,6 +36,9 @@ VIEWER = WORKLOADS / "viewer.py"
 
 # `import torch` alone takes ~1.5 s here; a workload with spawn workers or a busy machine more.
 START_TIMEOUT_S = 60.0
+# A job that its test kills once done (a pool's close, the `workload` fixture) runs at most this
+# long (--duration): a cap on a lost one, never shorter than the waits of the test that watches it.
+ALIVE_S = 600.0
 
 
 def short_tmpdir() -> Path:

@@ -18,6 +18,7 @@ import pytest
 from loadertop import discovery
 
 from conftest import (
+    ALIVE_S,
     SnapshotRun,
     WorkloadPool,
     check_document,
@@ -34,9 +35,6 @@ SLEEP_MS = 5.0  # per sample, "io" scenario
 BATCH = 4
 STEP_MS = 20.0
 WINDOW_S = 3.0
-# The fleet's jobs live until the fixture kills them: this long only caps a lost one. With 60 s,
-# a loaded machine's slow snapshot starts could outlast them before the last documents were in.
-ALIVE_S = 600
 
 
 def _free_tcp_port() -> int:
