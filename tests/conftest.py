@@ -36,6 +36,9 @@ VIEWER = WORKLOADS / "viewer.py"
 
 # `import torch` alone takes ~1.5 s here; a workload with spawn workers or a busy machine more.
 START_TIMEOUT_S = 60.0
+# A job that its test kills once done (a pool's close, the `workload` fixture) runs at most this
+# long (--duration): a cap on a lost one, never shorter than the waits of the test that watches it.
+ALIVE_S = 600.0
 
 
 def short_tmpdir() -> Path:
@@ -400,7 +403,8 @@ class Workload:
         return self.wait_status(lambda st: st.get("batches", 0) >= n, timeout, f"{n} batches")
 
     def tell(self, what: str) -> None:
-        """Write the file `what` beside the status file (train.py --kill-when-told reads `kill`)."""
+        """Write the file `what` beside the status file (train.py reads `kill` with
+        --kill-when-told, `stop` with --stop-when-told)."""
         (self.work / what).write_text("")
 
     def watched(self) -> bool:

@@ -3,7 +3,7 @@
 The job is `tests/workloads/plain_train.py` (plain torch; it never imports loadertop): a shuffled
 train loader with 2 workers, and a val loader made anew each epoch (a loader created after the
 attach, and a second loader). One job per worker context carries every assertion about it, in
-order: attach; `snapshot --json` within 5 s; attaching twice; detach seen by a running snapshot
+order: attach; `snapshot --json` within 5 s; attaching twice; detach seen by a watching viewer
 as `finished`; training going on; its exit code and its printed checksums against a run without
 attach. The errors use cheap targets (`sleep`, a Python without torch) and poll with deadlines.
 """
@@ -37,9 +37,7 @@ from loadertop.attach import (
 from conftest import (
     REPO,
     WORKLOADS,
-    SnapshotRun,
     Workload,
-    accepted,
     check_document,
     clean_env,
     kill_group,
@@ -48,6 +46,7 @@ from conftest import (
     snapshot,
     wait_for,
 )
+from test_run import Viewer
 
 PLAIN = WORKLOADS / "plain_train.py"
 START_S = 60.0
@@ -92,44 +91,46 @@ def test_attach_mid_epoch_measures_then_detaches_and_the_job_stays_its_own(conte
     try:
         wait_train_batches(w, 5)
         pid = w.pid
-        t0 = time.monotonic()
-        lines_before = len(batch_lines(w))
-        done = attach(directory, pid)
-        attach_s = time.monotonic() - t0
-        lines_after = len(batch_lines(w))
-        assert done.returncode == 0, done.stderr
-        assert f"attached to pid {pid}" in done.stdout and "--detach" in done.stdout
-        attached_at = time.monotonic()
-        entry = directory / f"{pid}.json"
-        assert entry.exists()
-
-        # Within 5 s of the attach: its loader, with batches, the right config and live workers.
-        # The job's processes while the snapshot watched, sampled every 10 ms: epochs here can end
-        # twice within one snapshot, and without persistent workers each has new processes.
+        # The job's processes from here on, sampled every 10 ms: epochs here can end twice within
+        # a few seconds, and without persistent workers each has new processes.
         children: set[int] = set()
+        sampling = threading.Event()
 
-        def seen():
-            watching = threading.Event()
+        def sample() -> None:
+            while not sampling.wait(0.01):
+                try:
+                    children.update(p.pid for p in psutil.Process(pid).children())
+                except psutil.Error:
+                    return
+        sampler = threading.Thread(target=sample)
+        sampler.start()
+        # A viewer (in-process, the model snapshot uses) looking at the directory from before the
+        # attach: what is timed below is the job's registering and reporting, not a viewer
+        # process's start (a `loadertop snapshot` started per look: seconds of a loaded machine).
+        watcher = Viewer(directory=directory)
+        try:
+            t0 = time.monotonic()
+            lines_before = len(batch_lines(w))
+            done = attach(directory, pid)
+            attach_s = time.monotonic() - t0
+            lines_after = len(batch_lines(w))
+            assert done.returncode == 0, done.stderr
+            assert f"attached to pid {pid}" in done.stdout and "--detach" in done.stdout
+            attached_at = time.monotonic()
+            entry = directory / f"{pid}.json"
+            assert entry.exists()
 
-            def sample() -> None:
-                while not watching.wait(0.01):
-                    try:
-                        children.update(p.pid for p in psutil.Process(pid).children())
-                    except psutil.Error:
-                        return
-            sampler = threading.Thread(target=sample)
-            sampler.start()
-            try:
-                rc, doc, _out, err = snapshot(directory, seconds=1.0)
-            finally:
-                watching.set()
-                sampler.join()
-            assert rc == 0, err
-            names = {s["name"]: s for s in doc["sources"] if s["pid"] == pid}
-            src = names.get("train_loader")
-            return (doc, names) if src and src["batches"] > 0 and src["workers"] else None
-        doc, sources = wait_for(seen, 15, "the attached loader in a snapshot")
-        visible_s = time.monotonic() - attached_at
+            # Within 5 s of the attach: its loader, with batches, the right config and live workers.
+            def train_seen(d: dict) -> bool:
+                src = {s["name"]: s for s in d["sources"] if s["pid"] == pid}.get("train_loader")
+                return bool(src and src["batches"] > 0 and src["workers"])
+            doc = watcher.until(train_seen, 15, "the attached loader")
+            visible_s = time.monotonic() - attached_at
+        finally:
+            watcher.close()
+            sampling.set()
+            sampler.join()
+        sources = {s["name"]: s for s in doc["sources"] if s["pid"] == pid}
         assert visible_s < 5.0, f"seen {visible_s:.1f} s after the attach"
         check_document(doc, system_required=False)  # the machine's figures come at 1 Hz
         train = sources["train_loader"]
@@ -165,21 +166,29 @@ def test_attach_mid_epoch_measures_then_detaches_and_the_job_stays_its_own(conte
         val = wait_for(val_seen, 20, "the val loader created after the attach")
         assert val["config"]["num_workers"] == 0 and val["batches_total"] > 0
 
-        # Detach while a snapshot watches: it sees the sources finish; training goes on.
-        sock = str(directory / f"{pid}.sock")
-        baseline = accepted(pid, sock)
-        watcher = SnapshotRun(directory, seconds=4.0)
-        wait_for(lambda: accepted(pid, sock) > baseline, 15, "the snapshot to connect")
-        before = len(batch_lines(w))
-        t0 = time.monotonic()
-        gone = attach(directory, "--detach", pid)
-        detach_s = time.monotonic() - t0
-        after = len(batch_lines(w))
-        assert gone.returncode == 0, gone.stderr
-        assert "said goodbye" in gone.stdout, gone.stdout
-        assert not entry.exists()
-        states = {s["name"]: s["state"] for s in watcher.document()["sources"] if s["pid"] == pid}
-        assert states.get("train_loader") == "finished", states
+        # Detach while a viewer watches: it sees the sources finish; training goes on. The viewer
+        # (in-process, the same model as snapshot's) watches until they have: a snapshot's fixed
+        # 4 s window had to hold the whole detach, gdb's start included, which a loaded machine
+        # makes longer.
+        viewer = Viewer(directory=directory)
+        try:
+            viewer.until(lambda d: any(s["pid"] == pid and s["name"] == "train_loader"
+                                       for s in d["sources"]), 30, "the job's reports")
+            before = len(batch_lines(w))
+            t0 = time.monotonic()
+            gone = attach(directory, "--detach", pid)
+            detach_s = time.monotonic() - t0
+            after = len(batch_lines(w))
+            assert gone.returncode == 0, gone.stderr
+            assert "said goodbye" in gone.stdout, gone.stdout
+            assert not entry.exists()
+
+            def train_state(d: dict) -> str | None:
+                return {s["name"]: s["state"] for s in d["sources"] if s["pid"] == pid}.get(
+                    "train_loader")
+            viewer.until(lambda d: train_state(d) == "finished", 30, "the train loader finished")
+        finally:
+            viewer.close()
         wait_for(lambda: len(batch_lines(w)) > before + 10, 30, "training to go on after --detach")
         assert attach(directory, "--detach", pid).returncode == EXIT_NOT_ATTACHED
 

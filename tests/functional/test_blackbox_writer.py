@@ -48,8 +48,25 @@ def _messages(job: statedir.Job) -> list:
 def test_a_job_nobody_watched_keeps_a_private_recording_with_its_memory_and_its_end(workload, lt_dir,
                                                                                     state):
     w = workload("--kind", "cheap", "--workers", "2", "--batch-size", "1", "--step-ms", "2",
-                 "--duration", "5", directory=lt_dir,
+                 "--stop-when-told", "--duration", START_TIMEOUT_S, directory=lt_dir,
                  env={STATE: str(state), "LOADERTOP_RESOURCE_S": "1"})
+
+    def _worker_memory(reports) -> tuple[bool, bool]:
+        return (any(wk.rss_bytes for m in reports for wk in m.workers),
+                any(r.resources is not None and any(wr.uss_bytes for wr in r.resources.workers)
+                    for r in reports))
+
+    def memory_recorded() -> bool:
+        jobs = [j for j in statedir.list_jobs(state).jobs if j.meta.pid == w.pid]
+        return bool(jobs) and all(_worker_memory(
+            [m for m in _messages(jobs[0]) if isinstance(m, wire.LoaderReport)]))
+
+    # The job runs until its black box holds the workers' memory (the slow readings begin
+    # BLACKBOX_TOOLS_AFTER_S into the run), then ends as told: a run of a fixed 5 s left them to
+    # whatever a loaded machine let the publisher thread do in it.
+    wait_for(memory_recorded, START_TIMEOUT_S, "the workers' RSS and USS in the black box",
+             interval=0.5)
+    w.tell("stop")
     assert w.wait(START_TIMEOUT_S) == 0, w.stderr()
     assert "black box" not in w.stderr()
     job = _job(state, w.pid)
@@ -68,9 +85,7 @@ def test_a_job_nobody_watched_keeps_a_private_recording_with_its_memory_and_its_
     assert reports[-1].batches_total == w.status()["batches"]
     assert any(isinstance(m, wire.Goodbye) for m in messages)
     # what the findings need, taken with no viewer: the workers' RSS and USS, their liveness
-    assert any(wk.rss_bytes for m in reports for wk in m.workers), "no worker RSS recorded"
-    assert any(r.resources is not None and any(wr.uss_bytes for wr in r.resources.workers)
-               for r in reports), "no worker USS recorded"
+    assert _worker_memory(reports) == (True, True), "no worker RSS or USS recorded"
 
 
 def test_off_writes_nothing(workload, lt_dir, state):
@@ -99,9 +114,14 @@ def test_a_disk_that_fills_up_mid_run_turns_it_off_with_one_line(workload, lt_di
     if mounted.returncode != 0:
         pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.decode(errors='replace').strip()}")
     try:
-        # three files of a page each fill it; the recording outgrows its page within seconds
-        w = workload("--kind", "cheap", "--workers", "0", "--batch-size", "1", "--duration", "6",
-                     directory=lt_dir, env={STATE: str(state)})
+        # three files of a page each fill it; the recording outgrows its page as it goes: the
+        # job runs until that is said, then is told to stop (a run of a fixed 6 s left it to how
+        # much a loaded machine let the black box write in it)
+        w = workload("--kind", "cheap", "--workers", "0", "--batch-size", "1", "--stop-when-told",
+                     "--duration", START_TIMEOUT_S, directory=lt_dir, env={STATE: str(state)})
+        wait_for(lambda: "the black box is off" in w.stderr() or not w.alive(), START_TIMEOUT_S,
+                 "the black box to fill its disk")
+        w.tell("stop")
         assert w.wait(START_TIMEOUT_S) == 0, w.stderr()
         assert w.status()["phase"] == "done"
         lines = [line for line in w.stderr().splitlines() if line.startswith("loadertop:")]

@@ -18,7 +18,7 @@ import textwrap
 
 import pytest
 
-from tests.conftest import SnapshotRun, clean_env
+from tests.conftest import SnapshotRun, clean_env, wait_for
 
 MARGIN = 1500  # objects short of the next full collection; the probe's start promotes > 5,000
 
@@ -111,13 +111,19 @@ def test_what_only_a_viewer_needs_is_loaded_when_one_subscribes(lt_dir):
         assert unwatched == {"psutil": False, "loadertop.system": False,
                              "loadertop.probe.system_feed": False, "sysconfig": False}, \
             proc.stderr.read() if unwatched is None else unwatched
-        code, doc, _, err = SnapshotRun(lt_dir, str(proc.pid), seconds=2.0).result()
-        assert code == 0, err
-        (src,) = [s for s in doc["sources"] if s["name"] == "light"]
-        # psutil's figures, from the first 1 Hz tick after the subscription
-        assert {w["id"] for w in src["workers"]} == {0, 1}
-        assert all(w["alive"] and w["rss_bytes"] for w in src["workers"]), src["workers"]
-        assert doc["system"]["cpu_percent"] is not None  # the machine's sampler, loaded too
+        def with_viewer_figures():
+            code, doc, _out, _err = SnapshotRun(lt_dir, str(proc.pid), seconds=2.0).result()
+            if code != 0:  # the loading, done before the first report to a new viewer, took
+                return False  # the window: nothing received yet
+            (src,) = [s for s in doc["sources"] if s["name"] == "light"]
+            # psutil's figures, from the 1 Hz ticks after the subscription, and the machine's
+            # sampler's (its rates need two of its readings): how many ticks a 2 s window holds
+            # once the loading is done is the loaded machine's, so the snapshots are repeated
+            # until they come (the loading itself is judged below, by what the job imported)
+            workers = {w["id"]: w for w in src["workers"]}
+            return (set(workers) == {0, 1} and all(w["alive"] and w["rss_bytes"] for w in workers.values())
+                    and doc["system"] is not None and doc["system"]["cpu_percent"] is not None)
+        wait_for(with_viewer_figures, 60, "psutil's and the machine's figures in a snapshot")
         stop.touch()
         watched = json.loads(proc.stdout.readline())
         assert watched["psutil"] and watched["loadertop.probe.system_feed"], watched
@@ -134,28 +140,30 @@ FORK_DURING_LOADING = textwrap.dedent("""
     import os, threading, time
     from loadertop.probe import publisher
 
-    held = threading.Event()
+    holding, forking = threading.Event(), threading.Event()
+    loaded = []
 
     def load():  # what the publisher thread does at a first subscription
         with publisher._loading:
-            held.set()
-            time.sleep(0.3)
+            holding.set()
+            forking.wait()  # the main thread is about to fork ...
+            time.sleep(0.3)  # ... which, if it did not wait, would be done by now
+            loaded.append(True)
 
     threading.Thread(target=load).start()
-    held.wait()
-    t0 = time.monotonic()
+    holding.wait()
+    forking.set()
     pid = os.fork()
-    if pid == 0:
-        os._exit(0 if publisher._loading.acquire(timeout=5) else 1)  # released in the child
-    waited = time.monotonic() - t0
+    if pid == 0:  # the child's memory is the parent's at the fork: the loading done, or not
+        os._exit(0 if loaded and publisher._loading.acquire(timeout=5) else 1)  # released too
     assert os.waitpid(pid, 0)[1] == 0
-    assert publisher._loading.acquire(timeout=5)  # and in the parent
-    print(f"{waited:.3f}")
+    assert loaded and publisher._loading.acquire(timeout=5)  # and in the parent
+    print("forked after the loading")
 """)
 
 
 def test_a_fork_waits_for_the_publisher_threads_loading():
     res = subprocess.run([sys.executable, "-c", FORK_DURING_LOADING], capture_output=True,
                          text=True, timeout=60)
-    assert res.returncode == 0, res.stderr
-    assert float(res.stdout) >= 0.25  # the fork started only once the loading was done
+    assert res.returncode == 0, res.stderr  # the child saw the loading done: the fork waited
+    assert res.stdout.strip() == "forked after the loading"

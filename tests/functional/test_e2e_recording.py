@@ -21,6 +21,7 @@ from loadertop.recording.file import read
 from loadertop.recording.playback import Playback
 
 from conftest import (
+    ALIVE_S,
     REPO,
     SnapshotRun,
     check_document,
@@ -33,8 +34,10 @@ from conftest import (
 
 pytestmark = pytest.mark.slow
 
+# Killed by the `workload` fixture once its test is done: 40 s, its former life, was shorter than
+# the waits of the tests that watch it (60 s for its start, 30 s for each of their steps).
 JOB = ("--kind", "sleep", "--ms", "4", "--workers", "2", "--batch-size", "8", "--step-ms", "8",
-       "--duration", "40")
+       "--duration", ALIVE_S)
 
 
 def _run(directory, *args: str, timeout: float = 60) -> subprocess.CompletedProcess:

@@ -19,6 +19,7 @@ import pytest
 from loadertop import discovery
 
 from conftest import (
+    ALIVE_S,
     SnapshotRun,
     WorkloadPool,
     check_document,
@@ -51,19 +52,19 @@ def fleet():
         w = {
             # sleeps 5 ms per sample: fetch = 20 ms/batch, two workers keep up with a 20 ms step
             "io": pool("--kind", "sleep", "--ms", SLEEP_MS, "--workers", 2, "--batch-size", BATCH,
-                       "--step-ms", STEP_MS, "--duration", 60),
+                       "--step-ms", STEP_MS, "--duration", ALIVE_S),
             # burns 5 ms of CPU per sample in one worker, no step: the worker computes all the time
             "cpu": pool("--kind", "cpu", "--ms", 5, "--workers", 1, "--batch-size", BATCH,
-                        "--duration", 60),
+                        "--duration", ALIVE_S),
             # num_workers=0: the loop fetches itself (8 ms of sleep per batch)
             "w0": pool("--kind", "sleep", "--ms", 2, "--workers", 0, "--batch-size", BATCH,
-                       "--step-ms", 10, "--duration", 60),
+                       "--step-ms", 10, "--duration", ALIVE_S),
             # the script SIGKILLs worker 0 after 20 batches, catches torch's error, then idles
             "killed": pool("--kind", "cheap", "--workers", 2, "--batch-size", BATCH, "--step-ms", 10,
-                           "--kill-worker-after", 20, "--idle-after-error", 60, "--duration", 60),
+                           "--kill-worker-after", 20, "--idle-after-error", ALIVE_S, "--duration", ALIVE_S),
             # an explicit LOADERTOP_ENDPOINT on loopback tcp
             "tcp": pool("--kind", "cheap", "--workers", 2, "--batch-size", BATCH, "--step-ms", 10,
-                        "--duration", 60, env={"LOADERTOP_ENDPOINT": f"tcp://127.0.0.1:{port}"}),
+                        "--duration", ALIVE_S, env={"LOADERTOP_ENDPOINT": f"tcp://127.0.0.1:{port}"}),
         }
         entries = {name: wl.wait_discovery() for name, wl in w.items()}
         for name, wl in w.items():
@@ -269,13 +270,14 @@ def test_tcp_endpoint_from_env_and_pid_argument(fleet):
 # --------------------------------------------------------------------------- discovery lifecycle
 def test_discovery_entry_lifecycle(workload):
     """The entry appears once a loader runs and disappears at exit: normal, exception, SIGTERM."""
-    # 600 batches of >= 5 ms: the finite ones must still be running while the test reads all
-    # three entries in turn (with 60 they sometimes ended before their entry was looked at).
+    # The finite ones end when told, once the test has read all three entries in turn: a fixed
+    # count of batches (60, then 600) ended some before their entry was looked at where the
+    # test was slower than the job.
     # fresh: a real `python train.py`, whose command line the entry carries (a forked one
     # would carry the zygote's)
-    normal = workload("--kind", "cheap", "--workers", 1, "--step-ms", 5, "--batches", 600,
+    normal = workload("--kind", "cheap", "--workers", 1, "--step-ms", 5, "--stop-when-told",
                       "--duration", 60, fresh=True)
-    raising = workload("--kind", "cheap", "--workers", 1, "--step-ms", 5, "--batches", 600,
+    raising = workload("--kind", "cheap", "--workers", 1, "--step-ms", 5, "--stop-when-told",
                        "--duration", 60, "--end", "raise", fresh=True)
     termed = workload("--kind", "cheap", "--workers", 1, "--step-ms", 5, "--duration", 60, fresh=True)
     for wl in (normal, raising, termed):
@@ -286,6 +288,9 @@ def test_discovery_entry_lifecycle(workload):
         assert "train.py" in entry["command"]
         assert oct(os.stat(wl.dir).st_mode & 0o777) == "0o700"
         assert oct(os.stat(wl.entry_path).st_mode & 0o777) == "0o600"
+    for wl in (normal, raising):
+        assert wl.alive(), f"pid {wl.pid} ended before it was told"
+        wl.tell("stop")
     termed.wait_batches(10)
     termed.send(signal.SIGTERM)
     assert termed.wait(30) == -signal.SIGTERM

@@ -1,8 +1,9 @@
 """Findings from timing (issue 10), each from a real job judged through `loadertop snapshot
---json`: a worker SIGKILLed while training crashes at once, a loop blocked in next() with
-num_workers=0, workers stuck in their very first batch, one slow worker, a dataset's generator
-shared by every worker (and the same dataset seeded per worker), and epochs that re-create spawned
-workers. The hang of a worker later in its epoch and the death by an exit code are checked in
+--json` (the killed ones through an in-process viewer, the same model, watching until their end):
+a worker SIGKILLed while training crashes at once, a loop blocked in next() with num_workers=0,
+workers stuck in their very first batch, one slow worker, a dataset's generator shared by every
+worker (and the same dataset seeded per worker), and epochs that re-create spawned workers. The
+hang of a worker later in its epoch and the death by an exit code are checked in
 test_e2e_diagnosis (the same workloads as the stalled verdict)."""
 
 from __future__ import annotations
@@ -19,7 +20,6 @@ from workloads.lt_data import WorkloadDataset, seed_worker_rng
 import loadertop
 
 from conftest import (
-    SnapshotRun,
     WorkloadPool,
     check_document,
     kill_group,
@@ -27,6 +27,7 @@ from conftest import (
     source_of,
     wait_for,
 )
+from test_run import Viewer
 
 pytestmark = pytest.mark.slow
 
@@ -50,16 +51,16 @@ def _source_when(wl, ready, seconds: float = 3.0, timeout: float = 90.0) -> dict
 
 
 JOBS = {
-    # The loop SIGKILLs worker 0 after 1000 batches, ~5 s in (what the OOM killer does), once the
-    # snapshot watches (told by a file: on a loaded machine a snapshot started after the job's
+    # The loop SIGKILLs worker 0 after 1000 batches, ~5 s in (what the OOM killer does), once its
+    # viewer has its reports (told by a file: on a loaded machine a viewer started after the job's
     # discovery found it already gone); torch raises at once and the process dies of it.
     "killed": ("--kind", "sleep", "--ms", 5, "--workers", 2, "--batch-size", 2,
-               "--kill-worker-after", 1000, "--kill-when-told", "--crash", "--duration", 60),
+               "--kill-worker-after", 1000, "--kill-when-told", "--crash", "--duration", 120),
     # The same kill, then the loop sleeps in its step: torch's error comes from its SIGCHLD
     # handler there, not from next() (in a real job the loop is mostly in its step).
     "killed_in_step": ("--kind", "sleep", "--ms", 5, "--workers", 2, "--batch-size", 2,
                        "--kill-worker-after", 1000, "--kill-when-told", "--sleep-after-kill-s", 5,
-                       "--crash", "--duration", 60),
+                       "--crash", "--duration", 120),
     # num_workers=0: the loop fetches itself, so its own stack names the dataset's function.
     "hang0": ("--kind", "hang", "--workers", 0, "--batch-size", 2, "--after", 10,
               "--duration", 120),
@@ -74,18 +75,29 @@ JOBS = {
     # after the first batch), so their stack files are found among their open files.
     "hang_first": ("--kind", "hang", "--workers", 2, "--batch-size", 2, "--after", 0,
                    "--duration", 120),
-    # spawn without persistent workers: every epoch starts two fresh interpreters.
+    # spawn without persistent workers: every epoch starts two fresh interpreters, each at least
+    # a second (its worker_init_fn sleeps 1.1 s): a spawned start alone (import torch) can take
+    # under EPOCH_START_SLOW_MS on a fast machine, and the finding would not be there to judge.
     "epochs": ("--kind", "cheap", "--workers", 2, "--context", "spawn", "--epochs", 40,
-               "--batches", 5, "--duration", 120),
+               "--batches", 5, "--worker-init-s", 1.1, "--duration", 120),
 }
 
 
 def _killed(wl) -> dict:
+    """Watched by an in-process viewer until the job's end is in (no window: a snapshot watched a
+    fixed 8 s, which had to hold the job's 1000 batches, the kill and the crash, and a loaded
+    machine made them slower); told to kill once the viewer has its reports, so that its
+    subscription is through and the last report and the goodbye reach it."""
     wl.wait_discovery()
-    watching = SnapshotRun(wl.dir, seconds=8.0)  # from before the kill, which waits for it
-    wait_for(wl.watched, 30, "the snapshot to connect")
-    wl.tell("kill")
-    doc = watching.document()
+    viewer = Viewer(directory=wl.dir)
+    try:
+        viewer.until(lambda d: any(s["pid"] == wl.pid for s in d["sources"]), 60,
+                     "the job's reports")
+        wl.tell("kill")
+        doc = viewer.until(lambda d: any(s["pid"] == wl.pid and s["state"] == "finished"
+                                         for s in d["sources"]), 90, "the job's end")
+    finally:
+        viewer.close()
     return {"doc": doc, "rc": wl.wait(30), "status": wl.status(), "pids": wl.worker_pids()}
 
 
@@ -274,13 +286,15 @@ assert path is not None and worker._stack_file() == path, (path, worker._stack_f
 # A PyDLL keeps the GIL during the call: no Python code can run. The function is looked up here,
 # not at the call: ctypes resolves a symbol in Python code of its own (CDLL.__getattr__), where a
 # stack dump asked for just after the print below would otherwise find it on a loaded machine.
-c_sleep = ctypes.PyDLL(None).sleep
+c_read = ctypes.PyDLL(None).read
+byte = ctypes.create_string_buffer(1)
 
 def stuck_in_c():
     print(path, flush=True)
-    left = 3
-    while left:  # sleep() ends early when a handler runs: what C code that retries does
-        left = c_sleep(left)
+    # In C until the test writes a byte to stdin (once it has read the dump): no window of time
+    # that a loaded machine could let pass before the dump is asked for.
+    while c_read(0, byte, 1) < 0:  # a read ended early by a handler (EINTR) is retried, as C does
+        pass
     print(time.time(), flush=True)  # the GIL is free again from here on
 
 stuck_in_c()
@@ -296,15 +310,15 @@ def test_a_worker_stuck_in_c_holding_the_gil_writes_its_stack_when_asked(tmp_pat
     script.write_text(STUCK_IN_C)
     dumps = tmp_path / "stacks"
     dumps.mkdir()
-    proc = subprocess.Popen([sys.executable, str(script), str(dumps)], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen([sys.executable, str(script), str(dumps)], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         dump = proc.stdout.readline().strip()  # its memfd (/proc/<pid>/fd/<fd>), else a file
         assert stacks.is_worker_stack_file(dump, proc.pid, str(dumps)), proc.stderr.read()
         asked = time.time()
         assert stacks.ask_worker_stack(proc.pid)
-        stack = wait_for(lambda: stacks.read_dump_file(dump), 2.0, "the dump")  # inside the 3 s
-        out, err = proc.communicate(timeout=30)
+        stack = wait_for(lambda: stacks.read_dump_file(dump), 30, "the dump")  # it waits in C
+        out, err = proc.communicate("x", timeout=30)  # the byte it waits for: out of the C call
     finally:
         if proc.poll() is None:
             proc.kill()

@@ -42,9 +42,13 @@ JOBS = WORKLOADS / "resource_jobs.py"
 OURS = {"copy_on_read", "memory_growth", "fd_low", "threads_oversubscribed", "shm_low"}
 RESOURCE_S = "0.5"  # below the publisher's 1 s tick: a reading every tick
 # copy_on_read: the trend is the later half of what the snapshot watched, after 2 readings:
-# ~9 readings a second apart in 18 s. 128 items every 35 ms over 2 workers, one page each: about
-# 7 MiB/s per worker, ~60 MiB over the trend (the threshold is COW_MIN_GROWTH_BYTES, 32 MiB).
-# 130k items (520 MB) last an epoch of ~35 s: longer than the job's start and its snapshot.
+# ~9 readings a second apart in 18 s. Each worker reads 2500 strings a second by its own clock,
+# one page each (--pages-per-s): ~9.8 MiB/s, whatever the loop's rate, ~60 MiB over a trend of
+# 6 s (the threshold is COW_MIN_GROWTH_BYTES, 32 MiB); the loop's own reads (128 items every 35 ms
+# over 2 workers, shuffled) add theirs. The growth of the loop's reads alone depended on how fast
+# a loaded machine let the loop go. 130k items (520 MB) last each worker more than 30 s: longer
+# than the job's start and its snapshot.
+COW_PAGES_PER_S = 2500
 COW_SNAPSHOT_S = 18.0
 SNAPSHOT_S = 5.0
 FD_LIMIT = 256
@@ -106,7 +110,7 @@ def jobs():
         started = {
             "healthy": Job(pool, "healthy"),
             "copy_on_read": Job(pool, "copy_on_read", "--items", 130_000, "--batch-size", 128,
-                                "--step-ms", 35),
+                                "--step-ms", 35, "--pages-per-s", COW_PAGES_PER_S),
             "fd_low": Job(pool, "fd_low", "--fd-limit", FD_LIMIT, "--fd-share", 0.85),
             "threads": Job(pool, "threads", "--threads", 2 * _cores() + 8),
         }

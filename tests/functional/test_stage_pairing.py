@@ -16,20 +16,35 @@ from workloads.lt_data import CountingCollate, CountingInit, WorkloadDataset
 import loadertop
 from loadertop.probe.stage_pairing import PAIR_GRACE_NS
 
+from conftest import wait_for
+
 pytestmark = pytest.mark.slow
 
 
 def _settled(reports, source: str, batches: int, deadline_s: float = 10.0):
-    """The source's reports once every batch is reported and PAIR_GRACE_NS has passed for all."""
-    end = time.monotonic() + deadline_s
-    settle = PAIR_GRACE_NS / 1e9 + 0.6  # the grace, then two reports at 4 Hz
-    while time.monotonic() < end:
+    """The source's reports once every batch is reported and a later report was made PAIR_GRACE_NS
+    after the one that reported the last of them: each report pairs the batches received more than
+    PAIR_GRACE_NS before it, so from that one on every batch that can be paired is. (Waited for,
+    not slept for: how many reports a fixed sleep holds is the loaded machine's.)"""
+    grace_s = PAIR_GRACE_NS / 1e9
+
+    def settled():
         mine = [r for r in list(reports) if r.source == source]
-        if sum(r.batches for r in mine) >= batches:
-            time.sleep(settle)
-            return [r for r in list(reports) if r.source == source]
-        time.sleep(0.05)
-    raise AssertionError(f"only {sum(r.batches for r in mine)} of {batches} batches reported")
+        counted = 0
+        for i, r in enumerate(mine):
+            counted += r.batches
+            if counted >= batches:
+                later = [m for m in mine[i + 1:] if m.sent_at >= r.sent_at + grace_s]
+                return mine if later else None
+        return None
+    return wait_for(settled, deadline_s, f"{batches} batches of {source} reported, then a report "
+                                         f"{grace_s:g} s later")
+
+
+def _worker_batches(reports, source: str) -> dict:
+    """{worker pid: batches} as the source's reports have told them so far."""
+    return {w.pid: w.batches for m in list(reports) if m.source == source for w in m.workers
+            if w.batches}
 
 
 def _stages(msgs):
@@ -67,10 +82,10 @@ def test_workers_given_one_task_each_still_send_their_batch_and_start(reports):
     it = iter(loader)
     pids = {w.pid for w in it._workers}
     assert len(list(it)) == 2
-    del it  # the workers exit
-    msgs = _settled(reports, loader.loadertop_source, 2)
-    done = {w.pid: w.batches for m in msgs for w in m.workers if w.batches}
-    assert done == {pid: 1 for pid in pids}, done
+    del it  # the workers exit: what each held back is sent, and read at a report after this
+    expected = {pid: 1 for pid in pids}
+    wait_for(lambda: _worker_batches(reports, loader.loadertop_source) == expected, 10,
+             f"one batch from each worker {expected}")
     deadline = time.monotonic() + 10
     while not pids <= set(record._rng) and time.monotonic() < deadline:
         time.sleep(0.05)

@@ -7,7 +7,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from conftest import WorkloadPool, check_document, snapshot, source_of, wait_for
+from conftest import ALIVE_S, WorkloadPool, check_document, snapshot, source_of, wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -45,12 +45,12 @@ def _within(measured: float, truth: float) -> bool:
 # the tolerance, and the four cost the wall time of one.
 KNOWN_COSTS = {  # 4 items of 10 ms each (sleep: contention-proof) and a collate_fn of 15 ms a batch
     name: ["--kind", "sleep", "--ms", 10, "--batch-size", 4, "--collate-ms", 15,
-           "--workers", workers, "--step-ms", 5, "--duration", 90, *context]
+           "--workers", workers, "--step-ms", 5, "--duration", ALIVE_S, *context]
     for name, workers, context in (("workers0", 0, ()), ("fork", 2, ("--context", "fork")),
                                    ("spawn", 2, ("--context", "spawn")))}
 # 2 workers, 4 items of 20 ms: a batch every ~40 ms, the loop's step 1 ms: it waits for workers.
 SLEEPING = ["--kind", "sleep", "--ms", 20, "--workers", 2, "--batch-size", 4, "--step-ms", 1,
-            "--duration", 90]
+            "--duration", ALIVE_S]
 
 
 def _source_once(wl, ready, what: str) -> dict:
@@ -107,7 +107,7 @@ def test_a_sleeping_dataset_waits_for_production(sleeping_jobs):
 def test_many_small_tensors_make_the_handoff_the_limit(workload):
     # Cheap items, batches of 64 unstacked tensors: each crosses processes on its own.
     wl = workload("--kind", "cheap", "--workers", 2, "--batch-size", 64, "--list-batches",
-                  "--duration", 90)
+                  "--duration", ALIVE_S)
     wl.wait_batches(20, timeout=60)
 
     def ready(src: dict) -> bool:
@@ -127,7 +127,7 @@ def test_in_order_false_leaves_the_split_null(workload):
     """torch >= 2.6 `in_order=False`: batches come in completion order, so none can be paired —
     the split is null (and says why), the fetch and collate figures are still there."""
     wl = workload("--kind", "sleep", "--ms", 5, "--workers", 2, "--batch-size", 4,
-                  "--collate-ms", 5, "--step-ms", 5, "--out-of-order", "--duration", 90)
+                  "--collate-ms", 5, "--step-ms", 5, "--out-of-order", "--duration", ALIVE_S)
     wl.wait_batches(10, timeout=60)
     src = wait_for(lambda: _staged_source(wl, _has_fetch_and_collate), 60, "stage figures")
     st = src["stages"]
@@ -142,7 +142,7 @@ def test_a_worker_holding_the_gil_delivers_late_and_is_not_main_process_bound(wo
     is not the limit there: more workers (or GIL-releasing transforms) are. On a busy machine the
     effect can vanish (handoff 18 % measured with the CPU at 92 %): then the test skips."""
     wl = workload("--kind", "spin", "--ms", 2, "--workers", 1, "--batch-size", 16, "--step-ms", 1,
-                  "--duration", 90)
+                  "--duration", ALIVE_S)
     wl.wait_batches(5, timeout=60)
 
     def late(src: dict) -> bool:

@@ -3,13 +3,14 @@
 only at its first instrumented iter(), seconds later (import torch, the dataset). Each must pick
 the job up when it appears and report it from then on, within its window.
 
-Real processes on real sockets: the viewer is started first, the job (forked by the test zygote,
-so it registers within a fraction of a second of its start) only once the viewer is running.
+Real processes on real sockets. The snapshot's and the recorder's jobs are made ready first (torch
+imported, the dataset made: train.py --start-when-told) and told to start once the viewer is
+running: what falls in the viewer's window is the job's registration and first reports, not its
+imports, which a loaded machine makes as long as it likes.
 """
 
 from __future__ import annotations
 
-import os
 import signal
 import socket
 import subprocess
@@ -26,7 +27,6 @@ from loadertop.recording.file import read
 from conftest import (
     REPO,
     SnapshotRun,
-    _the_zygote,
     clean_env,
     kill_group,
     loadertop_cmd,
@@ -35,19 +35,10 @@ from conftest import (
 
 pytestmark = pytest.mark.slow
 
-# The job starts this long after the viewer (a short `import torch`). A fresh `python train.py`
-# (LOADERTOP_TEST_ZYGOTE=0) imports torch itself: it starts at once, in a longer window.
-ZYGOTE = os.environ.get("LOADERTOP_TEST_ZYGOTE", "1") != "0"
-JOB_AFTER_S = 1.5 if ZYGOTE else 0.0
-SECONDS = 4.0 if ZYGOTE else 8.0
+JOB_AFTER_S = 1.5  # the job starts this long after the viewer (which finds nothing meanwhile)
+SECONDS = 4.0
 JOB = ("--kind", "sleep", "--ms", 2, "--workers", 1, "--batch-size", 4, "--step-ms", 10,
        "--duration", 30)
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _zygote_started():
-    """The zygote starts (imports torch) at its first use: before any viewer, not in a window."""
-    _the_zygote()
 
 
 def _has_imported_zmq(pid: int) -> bool:
@@ -59,22 +50,30 @@ def _has_imported_zmq(pid: int) -> bool:
         return False
 
 
-def _start_job_after(workload, directory: Path, started: float, ready) -> tuple:
-    """Once `ready()` (the viewer runs, or has ended) and JOB_AFTER_S after `started`: the job,
-    and the wall time just before it was started."""
+def _ready_job(workload, directory: Path):
+    """The job, its imports done and its dataset made, waiting for the word to start."""
+    job = workload(*JOB, "--start-when-told", directory=directory)
+    job.wait_status(lambda st: st["phase"] == "ready", what="the job to be ready")
+    return job
+
+
+def _start_job_after(job, started: float, ready) -> float:
+    """Once `ready()` (the viewer runs, or has ended) and JOB_AFTER_S after `started`: the job
+    told to start; the wall time just before it was told."""
     wait_for(lambda: ready() and time.monotonic() - started >= JOB_AFTER_S, 30,
              "the viewer to start")
     before = time.time()
-    return workload(*JOB, directory=directory), before
+    job.tell("start")
+    return before
 
 
 def test_snapshot_started_before_the_job_reports_it_from_when_it_appeared(workload, lt_dir):
     directory = lt_dir
+    job = _ready_job(workload, directory)
     run = SnapshotRun(directory, seconds=SECONDS)
     try:
-        job, job_started = _start_job_after(
-            workload, directory, time.monotonic(),
-            lambda: run.proc.poll() is not None or _has_imported_zmq(run.proc.pid))
+        job_started = _start_job_after(
+            job, time.monotonic(), lambda: run.proc.poll() is not None or _has_imported_zmq(run.proc.pid))
         rc, doc, _out, err = run.result()
         assert rc == 0, f"snapshot exited {rc}: {err}"
         entry = job.wait_discovery(timeout=1)  # it registered, within the window
@@ -99,6 +98,7 @@ def test_record_started_before_the_job_records_it_to_the_end(workload, lt_dir, t
     directory = lt_dir
     recorded = tmp_path / "late.ltrec"
     err_path = tmp_path / "record.err"
+    job = _ready_job(workload, directory)
     started = time.monotonic()
     with open(err_path, "wb") as err_file:
         recorder = subprocess.Popen(
@@ -107,9 +107,8 @@ def test_record_started_before_the_job_records_it_to_the_end(workload, lt_dir, t
             stdout=subprocess.DEVNULL, stderr=err_file)
     try:
         # Its first line is printed once it has looked at the directory (and found nothing).
-        job, _ = _start_job_after(workload, directory, started,
-                                  lambda: recorder.poll() is not None
-                                  or b"recording every" in err_path.read_bytes())
+        _start_job_after(job, started, lambda: recorder.poll() is not None
+                         or b"recording every" in err_path.read_bytes())
         rc = recorder.wait(SECONDS + 30)
     finally:
         if recorder.poll() is None:

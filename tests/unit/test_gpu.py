@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import sys
-import time
 import types
 from typing import Any
 
@@ -142,19 +141,28 @@ class FakeClock:
 # --- the real NVML on this machine --------------------------------------------------------------
 
 
-def test_real_reader_without_driver_says_no_nvml_quickly():
+def test_real_reader_without_driver_says_no_nvml_and_tries_nvml_once(monkeypatch):
+    """The real pynvml (or none): a driverless machine reads "no_nvml", and the failed init (a
+    dlopen) is what the reader caches, not retried at every read. Counted, not timed: how long a
+    dlopen takes is the machine's business."""
     reader = NvmlGpuReader()
-    start = time.perf_counter()
+    inits = []
+    try:
+        import pynvml
+    except Exception:
+        pynvml = None  # not installed: the import's failure is the status, cached alike
+    else:
+        real_init = pynvml.nvmlInit
+        monkeypatch.setattr(pynvml, "nvmlInit", lambda: (inits.append(1), real_init())[1])
     status, gpus = reader.read()
-    again = reader.read()
+    again = [reader.read() for _ in range(3)]
     reader.close()
-    elapsed = time.perf_counter() - start
     if status == "ok":  # pragma: no cover - only on a machine with a GPU
         assert gpus and json.dumps(gpus)
         return
     assert status == "no_nvml" and gpus == []
-    assert again == ("no_nvml", [])
-    assert elapsed < 1.0
+    assert again == [("no_nvml", [])] * 3
+    assert len(inits) == (0 if pynvml is None else 1)  # within NVML_RETRY_S: one try, four reads
 
 
 def test_pynvml_not_installed_is_no_nvml(monkeypatch):

@@ -128,17 +128,26 @@ def test_sampling_hands_batches_from_next_sample_on_to_sampled_next(kind):
     assert len(list(plain)) == 2 and plain.sampled == []
 
 
-def test_the_num_workers_0_iterator_measures_a_sampled_batch(kind):
+def test_the_num_workers_0_iterator_measures_a_sampled_batch(kind, monkeypatch):
+    """One batch measured per LOOP_CPU_SAMPLE_NS, read at each sampled batch: the interval is set
+    here (an hour: only the first batch; 0: every one), as the 10 ms of the real one can pass
+    between two batches of a loaded machine."""
     multi, single = loader.PY_ITERATORS if kind == "python" else loader.C_ITERATORS
-    record = types.SimpleNamespace(events=collections.deque(), note_error=[].append,
-                                   loop_samples=collections.deque())
-    inner = Inner(4)
-    it = single(inner, record)
-    got = list(it)
-    assert got == inner.given and len(record.loop_samples) == 1  # one per LOOP_CPU_SAMPLE_NS
-    wall, cpu, fetch, collate, produced = record.loop_samples[0]
-    assert wall > 0 and cpu >= 0 and fetch is None  # no torch fetcher: no stages
-    assert len(record.events) == 10 and it.next_sample > 0
+    hour = 3600 * 10**9
+    for interval, sampled in ((hour, 1), (0, 4)):
+        monkeypatch.setattr(loader, "LOOP_CPU_SAMPLE_NS", interval)
+        record = types.SimpleNamespace(events=collections.deque(), note_error=[].append,
+                                       loop_samples=collections.deque())
+        inner = Inner(4)
+        it = single(inner, record)
+        got = list(it)
+        assert got == inner.given and len(record.loop_samples) == sampled
+        wall, cpu, fetch, collate, produced = record.loop_samples[0]
+        assert wall > 0 and cpu >= 0 and fetch is None  # no torch fetcher: no stages
+        stamps = list(record.events)
+        assert len(stamps) == 10
+        last_sampled_exit = -stamps[2 * sampled - 1]  # each exit is stamped -t1
+        assert it.next_sample == last_sampled_exit + interval
     assert it.n == 4  # attributes come from the wrapped iterator
     assert type(multi(Inner(1), record)).__mro__[1] is STAMPERS[kind]
 

@@ -76,6 +76,10 @@ def test_no_listener_at_all_fails_at_once_and_counts_what_follows(tmp_path):
 def test_a_full_backlog_holds_samples_and_retries_without_waiting(tmp_path, monkeypatch):
     sender = worker._Sender(str(tmp_path / "x.sock"), "h:1:loader0", 0)
     calls = []
+    # The sender's clock is the test's: CONNECT_RETRY_NS (10 ms) can pass between two lines here
+    # on a loaded machine.
+    now = [10**12]
+    monkeypatch.setattr(worker, "_perf_ns", lambda: now[0])
 
     def connect_eagain(self, address):
         calls.append(address)
@@ -84,12 +88,13 @@ def test_a_full_backlog_holds_samples_and_retries_without_waiting(tmp_path, monk
     monkeypatch.setattr(socket.socket, "connect", connect_eagain)
     sender.connect()
     assert sender.socket is None and not sender.failed and len(calls) == 1
+    now[0] += worker.CONNECT_RETRY_NS - 1
     sender.send(1, 1, seq=0)  # a retry is not due yet: held, no connect
     assert len(calls) == 1 and len(sender.pending) == 1
-    sender._retry_at = 0  # due: tried again at this sample, held again
+    now[0] += 1  # due: tried again at this sample, held again
     sender.send(2, 2, seq=1)
     assert len(calls) == 2 and len(sender.pending) == 2 and sender.dropped == 0
-    sender._retry_at, sender._give_up_at = 0, 1  # past CONNECT_TRY_NS: given up, all counted
+    now[0] += worker.CONNECT_TRY_NS  # past CONNECT_TRY_NS since the first try: given up, all counted
     sender.send(3, 3, seq=2)
     assert sender.failed and sender.dropped == 3 and not sender.pending
 

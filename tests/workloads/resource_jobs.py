@@ -12,7 +12,8 @@ Each job iterates an instrumented DataLoader with two fork workers for `--durati
                     worker copies the page it lives on: USS grows, RSS stays flat. --items
                     strings of ~4 KiB (one page each), --batch-size items per batch, one batch
                     every --step-ms: the growth rate per worker is about
-                    batch_size / step / 2 workers x 4 KiB.
+                    batch_size / step / 2 workers x 4 KiB, plus --pages-per-s x 4 KiB read by
+                    the worker's clock (a rate that does not depend on the loop's).
     fd_low          lowers its soft RLIMIT_NOFILE to --fd-limit and opens files until
                     --fd-share of it is in use, then trains normally.
     threads         worker_init_fn raises torch's intra-op threads to --threads and every item
@@ -45,6 +46,9 @@ def parse(argv=None):
     p.add_argument("--batch-size", type=int, default=4)
     p.add_argument("--step-ms", type=float, default=20.0)
     p.add_argument("--items", type=int, default=100_000, help="copy_on_read: list length")
+    p.add_argument("--pages-per-s", type=float, default=0.0,
+                   help="copy_on_read: each worker also reads this many strings a second, by its "
+                        "clock (its pages copied whatever the loop's rate)")
     p.add_argument("--fd-limit", type=int, default=256)
     p.add_argument("--fd-share", type=float, default=0.85)
     p.add_argument("--threads", type=int, default=8)
@@ -108,17 +112,34 @@ def main(argv=None) -> int:
     import loadertop
 
     class Strings(Dataset):
-        """copy_on_read: a list of Python strings of ~4 KiB, one page each."""
+        """copy_on_read: a list of Python strings of ~4 KiB, one page each. With `pages_per_s`,
+        each read also reads the strings due by the worker's clock since its first read, in list
+        order: the worker copies that many pages a second however often the loop asks for a
+        batch (the loop's own reads add theirs)."""
 
-        def __init__(self, n: int) -> None:
+        def __init__(self, n: int, pages_per_s: float = 0.0) -> None:
             pad = "x" * 4000
             self.items = [f"{i:09d}{pad}" for i in range(n)]
+            self.pages_per_s = pages_per_s
+            self._read_since: list[float] | None = None  # [first read's time, strings read]
 
         def __len__(self) -> int:
             return len(self.items)
 
         def __getitem__(self, i: int):
+            if self.pages_per_s:
+                self._read_due()
             return len(self.items[i])
+
+        def _read_due(self) -> None:
+            now = time.monotonic()
+            if self._read_since is None:
+                self._read_since = [now, 0]
+            since, done = self._read_since
+            due = min(len(self.items), int((now - since) * self.pages_per_s))
+            for j in range(int(done), due):
+                self.items[j]  # its reference count is written: its page is copied
+            self._read_since[1] = max(done, due)
 
     class Plain(Dataset):
         def __init__(self, matmul: bool = False) -> None:
@@ -140,7 +161,7 @@ def main(argv=None) -> int:
     kwargs: dict = {}
     shuffle = False
     if args.kind == "copy_on_read":
-        dataset: Dataset = Strings(args.items)
+        dataset: Dataset = Strings(args.items, args.pages_per_s)
         shuffle = True
     elif args.kind == "threads":
         dataset = Plain(matmul=True)

@@ -12,8 +12,12 @@ dataset itself into `--piddir` as `<worker id>.<pid>`.
 Kinds (per sample): sleep (I/O-like), cpu (burn CPU), cheap (nothing), hang (sleep forever from
 batch `--after` on), exit (``os._exit(--exit-code)`` from batch `--after` on), raise (ValueError).
 `--kill-worker-after N`: after N batches the loop SIGKILLs worker 0 itself (with `--kill-when-told`,
-once a file `kill` beside `--status` exists too). store: reads pass a
-semaphore of `--store-slots` slots shared by the workers (a storage serving that many at once).
+once a file `kill` beside `--status` exists too). `--stop-when-told`: the loop ends once a file
+`stop` beside `--status` exists (a test's word, so that the job outlives what it watches);
+`--start-when-told`: its imports done and its dataset made, it waits for a file `start` there
+before it instruments its loader, which registers it (a test's word: its start is one moment).
+store: reads pass a semaphore of `--store-slots` slots shared by the workers (a storage serving
+that many at once).
 `--then-workers N --then-after S`: after S seconds the loop drops its loader and makes a new one,
 the same but with N workers (same name: the same source), for the rest of `--duration`.
 Each phase's throughput, measured by the loop itself after `--warmup-s`, goes into the status
@@ -55,6 +59,13 @@ def parse(argv=None):
     p.add_argument("--busy-step-ms", type=float, default=0.0, help="burn CPU this long per step")
     p.add_argument("--duration", type=float, default=10.0, help="stop iterating after S seconds")
     p.add_argument("--batches", type=int, default=0, help="stop after N batches (0: no limit)")
+    p.add_argument("--start-when-told", action="store_true",
+                   help="with its dataset made, write phase `ready` and wait for a file `start` "
+                        "beside --status before instrumenting its loader (which registers it)")
+    p.add_argument("--stop-when-told", action="store_true",
+                   help="stop iterating once a file `stop` exists beside --status (a test writes "
+                        "it once it has seen what it needs of the running job); --duration and "
+                        "--batches still end it first")
     p.add_argument("--after", type=int, default=0, help="hang/exit/raise from this batch on")
     p.add_argument("--exit-code", type=int, default=3)
     p.add_argument("--kill-worker-after", type=int, default=0)
@@ -214,6 +225,10 @@ def main(argv=None) -> int:
                          piddir=args.piddir, payload=args.payload,
                          slow_worker_ms=args.slow_worker_ms, rng=args.rng,
                          store_slots=args.store_slots)
+    if args.start_when_told:  # before instrument(), which starts the publisher and registers
+        status.write(force=True, phase="ready")
+        while not os.path.exists(os.path.join(os.path.dirname(args.status or "."), "start")):
+            time.sleep(0.005)
     loader = make_loader(args, ds, args.workers)
     started = time.monotonic()
     end_at = started + args.duration
@@ -226,6 +241,7 @@ def main(argv=None) -> int:
     try:
         killed = False
         told_to_kill = os.path.join(os.path.dirname(args.status or "."), "kill")
+        told_to_stop = os.path.join(os.path.dirname(args.status or "."), "stop")
         while epoch < args.epochs:
             in_epoch = 0
             for _batch in loader:
@@ -254,6 +270,10 @@ def main(argv=None) -> int:
                     burn_cpu(args.busy_step_ms)
                 if time.monotonic() >= end_at or (args.batches and in_epoch >= args.batches):
                     break
+                if args.stop_when_told and os.path.exists(told_to_stop):
+                    break
+            if args.stop_when_told and os.path.exists(told_to_stop):
+                break
             if switch_at is not None and time.monotonic() >= switch_at:
                 # The same loader made anew with more workers, under the same name: the old one
                 # is dropped first so that its source carries on (loadertop.instrument).
