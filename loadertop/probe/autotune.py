@@ -48,6 +48,9 @@ from loadertop.probe.worker_switch import Switch, why_not_switchable
 MAX_WORKERS_PER_CORE = 4  # the highest count tried: this many per core (I/O-bound loaders wait)
 MAX_WORKERS_FLOOR = 8
 SWITCH_LOG = 64  # the switches a report carries (the latest)
+# The tuner's clock: CLOCK_MONOTONIC, as the record's stamps (perf_counter_ns on Linux); a name of
+# its own so that a test can hold it still.
+_clock_ns = time.perf_counter_ns
 
 
 def _cores() -> int:
@@ -123,7 +126,7 @@ class LoaderTuner:
             print(f"loadertop: autotune of {self.name!r}: its dataset is an IterableDataset, whose "
                   "sharding by worker id changes with num_workers; a bit-exact reproducible run "
                   "should not use --autotune", file=sys.stderr, flush=True)
-        self._close_open(time.perf_counter_ns())
+        self._close_open(_clock_ns())
         with self._lock:
             self._switch = _none  # one armed last epoch went with its iterator's reset or release
             self._switched_ns = 0
@@ -207,7 +210,7 @@ class LoaderTuner:
     def ended(self, token: int, batches: int | None) -> None:
         """The epoch's iterator was released (its last reference dropped)."""
         if self._open is not None and self._open[0] == token:
-            self._close_open(time.perf_counter_ns(), batches)
+            self._close_open(_clock_ns(), batches)
 
     def _close_open(self, now_ns: int, batches: int | None = None) -> None:
         with self._lock:
@@ -276,7 +279,7 @@ class LoaderTuner:
             self._switch = _none
             token, started_ns, _, _ = self._open  # type: ignore[misc]  # current
             self._open = (token, started_ns, switch.count, weakref.ref(new))
-            self._switched_ns = switch.done_ns or time.perf_counter_ns()
+            self._switched_ns = switch.done_ns or _clock_ns()
             self.switch_count += 1
             self._switches.append(wire.AutotuneSwitch(
                 epoch=max(0, self.epoch_token - 1), batch=switch.at_batch or 0,
@@ -490,7 +493,7 @@ class LoaderTuner:
     def closing_line(self) -> str | None:
         if not self.active:
             return None
-        self._close_open(time.perf_counter_ns())
+        self._close_open(_clock_ns())
         with self._lock:
             t = self.tuner
             pick = t.pick()

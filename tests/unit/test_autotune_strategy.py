@@ -5,6 +5,8 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 
+import pytest
+
 from loadertop.autotune import (
     BACKING_OFF,
     EXPLORING,
@@ -153,11 +155,14 @@ def test_the_viewers_line_says_what_the_tuner_does_and_what_it_gained():
     assert _autotune(None) is None
 
 
-def test_a_long_epoch_leaves_its_warm_up_out_and_a_short_one_is_measured_whole():
-    import time
+def test_a_long_epoch_leaves_its_warm_up_out_and_a_short_one_is_measured_whole(monkeypatch):
     from types import SimpleNamespace
 
+    from loadertop.probe import autotune as probe_autotune
     from loadertop.probe.autotune import LoaderTuner
+
+    now_ns = 10**12  # the tuner's clock, held still: an epoch lasts what the test says, at any speed
+    monkeypatch.setattr(probe_autotune, "_clock_ns", lambda: now_ns)
 
     class Inner:  # torch's iterator, as the tuner reads it (weakly referenced)
         _num_yielded = 101
@@ -166,15 +171,15 @@ def test_a_long_epoch_leaves_its_warm_up_out_and_a_short_one_is_measured_whole()
     loader = SimpleNamespace(num_workers=2, batch_size=8, dataset=None, persistent_workers=False)
     tuner = LoaderTuner(loader, "train", warm_up_ms=lambda: 2000.0)
     inner = Inner()
-    tuner.started(loader, inner, time.perf_counter_ns() - 12 * 10**9)
+    tuner.started(loader, inner, now_ns - 12 * 10**9)
     tuner.ended(tuner.epoch_token, 101)
     (rate,) = tuner.tuner.tried[2].rates
-    assert abs(rate - 100 * 8 / 10.0) < 1.0  # 100 batches of 8 in the 10 s after the first batch
+    assert rate == pytest.approx(100 * 8 / 10.0)  # 100 batches of 8 in the 10 s after the first batch
     short = LoaderTuner(loader, "train", warm_up_ms=lambda: 1000.0)
-    short.started(loader, inner, time.perf_counter_ns() - 2 * 10**9)
+    short.started(loader, inner, now_ns - 2 * 10**9)
     short.ended(short.epoch_token, 101)
     (rate,) = short.tuner.tried[2].rates
-    assert abs(rate - 101 * 8 / 2.0) < 5.0  # measured whole: warm-up is part of a short epoch
+    assert rate == pytest.approx(101 * 8 / 2.0)  # measured whole: warm-up is part of a short epoch
 
 
 # ---------------------------------------------------------------- inside a long epoch: windows
