@@ -30,7 +30,9 @@ PY = sys.executable
 JOB = str(WORKLOADS / "autotune_jobs.py")
 SLOTS = 4
 EPOCH_BUDGET = 9  # 2 epochs pooled per count: 2, 4, 6 climbing, 3 refining, then the pick
-TIMEOUT_S = 60.0
+# Only tells a hang from a slow run (spawned workers import torch at each start); under
+# pytest-timeout's 120 s, so that a hang shows the job's own output.
+TIMEOUT_S = 110.0
 
 
 def run_job(tmp: Path, *args: str, autotune: bool = True, env: dict[str, str] | None = None,

@@ -26,7 +26,9 @@ from conftest import REPO, WORKLOADS, Workload, clean_env, short_tmpdir
 pytestmark = pytest.mark.slow
 
 JOB = WORKLOADS / "autotune_jobs.py"
-TIMEOUT_S = 240.0  # spawned workers import torch each; a loaded machine takes its time
+# Only tells a hang from a slow run (spawned workers import torch at each start); under
+# pytest-timeout's 120 s, so that a hang shows the job's own output.
+TIMEOUT_S = 110.0
 # 24 batches of 4 an epoch (reads of 1 ms through 8 slots): 2 -> 3 workers at batch 5 and -> 1 at
 # batch 14 in epoch 0, and -> 2 at batch 6 in epoch 1 (the count epoch 0 ended with goes on).
 FORK_SCHEDULE = "0:5:3,0:14:1,1:6:2"
