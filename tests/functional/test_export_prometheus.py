@@ -32,6 +32,7 @@ import pytest
 from loadertop.exporter.aggregate import EXPORTED_LE_MS
 
 from conftest import (
+    ALIVE_S,
     REPO,
     SnapshotRun,
     Workload,
@@ -72,7 +73,7 @@ def scraped():
         pytest.skip("prometheus is not installed (apt-get install prometheus); CI runs this test")
     workdir = short_tmpdir()
     job = Workload("--kind", "cheap", "--workers", 2, "--batch-size", 4, "--step-ms", 50,
-                   "--duration", 90, directory=workdir)
+                   "--duration", ALIVE_S, directory=workdir)  # killed when done
     exporter = prometheus = None
     try:
         port = free_port()
