@@ -88,9 +88,15 @@ class Playback:
         self._feed_until(t)
         if self.ending is not None and t >= self.end:
             pid, ending = self.ending
-            for sid, state in self.model.sources.items():
-                if state.last is not None and state.last.pid == pid and state.ending is None:
-                    self.model.mark_ended(sid, ending)
+            ended = [sid for sid, state in self.model.sources.items()
+                     if state.last is not None and state.last.pid == pid and state.ending is None]
+            if ended:
+                # The job's last reports are judged live first, as a viewer watching it judged them
+                # before it noticed the death: a hang first past its threshold in the very last
+                # report (killed before the next) is a finding, and lingers into the end's document.
+                self.model.advance(t)
+            for sid in ended:
+                self.model.mark_ended(sid, ending)
         self._advanced = t
         self._document = self.model.advance(t)
         return self._document

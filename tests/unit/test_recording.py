@@ -282,3 +282,31 @@ def test_iter_frames_reads_what_read_reads_a_chunk_at_a_time_and_stops_at_a_torn
     assert list(recfile.iter_frames(str(tmp_path / "torn.ltrec"))) == torn.frames
     with pytest.raises(RecordingError):
         list(recfile.iter_frames(str(tmp_path / "missing.ltrec")))
+
+
+def test_a_job_killed_right_after_its_last_report_showed_a_hang_keeps_the_hang(tmp_path):
+    """The black box's last report is the first to show a worker hung past the threshold, and the
+    job is SIGKILLed before the next: played with its end, that report is still judged as a viewer
+    watching it live judged it (before it noticed the death), so the post-mortem names the hang."""
+    from loadertop.client.ending import killed
+
+    path = tmp_path / "bb.ltrec"
+    writer = RecordingWriter(str(path), argv=["loadertop", "run"])
+    for i in range(10):
+        writer.add(wire.encode(loader_report(seq=i, sent_at=T0 + i, batches_total=100 + 10 * i)),
+                   T0 + i, None)
+    hung = [msgspec.structs.replace(w, busy_ms=6000.0 if w.id == 0 else None,
+                                    stack=wire.Stack(("lt_data.py:90 in hang_forever",), 0, T0 + 10)
+                                    if w.id == 0 else None,
+                                    batches=0, fetch_us=[])
+            for w in loader_report().workers]
+    writer.add(wire.encode(loader_report(seq=10, sent_at=T0 + 10, batches_total=190, batches=0,
+                                         wait_us=[], step_us=[], workers=hung)), T0 + 10, None)
+    writer.close()
+    playback = Playback(read(str(path)), ending=(123, killed(None)))
+    doc = playback.document_at(T0 + 10)
+    assert doc.sources[0].state == "gone"  # killed
+    hangs = [f for f in doc.findings if f.kind == "worker_hung"]
+    assert [(f.worker, f.stack) for f in hangs] == [(0, ("lt_data.py:90 in hang_forever",))], \
+        doc.findings
+    assert not playback.model.rejected
