@@ -38,7 +38,9 @@ def slow_worker(source: SourceFigures) -> SlowWorker | None:
     times = []
     for w in source.workers:
         fetch = stat(w.fetch_ms)
-        if fetch is None or w.batches < SLOW_WORKER_MIN_BATCHES:
+        # A dead worker holds nothing back (torch raises, or its shard is gone): its death is the
+        # finding (`worker_died`), and its last batches are no baseline for the living.
+        if fetch is None or w.batches < SLOW_WORKER_MIN_BATCHES or w.alive is False:
             continue
         times.append((fetch + (stat(w.collate_ms) or 0.0), w))
     if len(times) < 2:

@@ -429,6 +429,22 @@ def test_worker_exiting_normally_or_at_shutdown_is_not_a_stall():
     assert cat(make_source(workers=[worker(0, alive=None, exitcode=None)])) == "compute_bound"
 
 
+def test_a_dead_worker_is_neither_the_slow_worker_nor_the_others_baseline():
+    """The one slow worker among the living is named; a dead one, slow or quick before it died,
+    is the worker_died finding's and never a slow_worker's."""
+    waiting = {"wait_fraction": 0.6}
+    quick, slow = stats(10.0), stats(40.0)
+    living = [worker(0, fetch_ms=slow), worker(1, fetch_ms=quick), worker(2, fetch_ms=quick)]
+    found = d.slow_worker(make_source(workers=living, **waiting))
+    assert found is not None and found.worker.id == 0
+    dead_slow = [worker(0, fetch_ms=slow, alive=False, exitcode=-9), worker(1, fetch_ms=quick)]
+    assert d.slow_worker(make_source(workers=dead_slow, **waiting)) is None
+    dead_quick = [worker(0, fetch_ms=slow), worker(1, fetch_ms=quick, alive=False, exitcode=-9)]
+    assert d.slow_worker(make_source(workers=dead_quick, **waiting)) is None
+    assert d.slow_worker(make_source(workers=living + [worker(3, fetch_ms=quick, alive=False,
+                                                              exitcode=-9)], **waiting)) is not None
+
+
 def test_several_dead_workers_all_named():
     src = make_source(workers=[worker(0, alive=False, exitcode=-9), worker(1, alive=False, exitcode=-9)])
     v = diagnose(src, make_system())
