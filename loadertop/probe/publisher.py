@@ -52,6 +52,7 @@ from loadertop.probe.cadence import (
     next_tick,
     samples_per_report,
 )
+from loadertop.probe.identity import process_identity
 from loadertop.probe.inbox import WorkerInbox
 from loadertop.probe.record import LoaderRecord
 from loadertop.probe.resources import RESOURCE_S, USS_CPU_SHARE_RECORDED, ResourceSampler
@@ -120,30 +121,6 @@ if hasattr(os, "register_at_fork"):
                         after_in_child=_loading.release)
 
 
-def _process_identity() -> tuple[float, str]:
-    """(start time, command line) of this process, as psutil gives them (its create_time() and
-    cmdline()), read from /proc on Linux without importing psutil; psutil elsewhere."""
-    try:
-        with open("/proc/self/stat", "rb") as f:
-            stat = f.read()
-        start_ticks = int(stat[stat.rindex(b")") + 2:].split()[19])  # field 22: starttime
-        with open("/proc/stat", "rb") as f:
-            boot = next(int(line.split()[1]) for line in f if line.startswith(b"btime "))
-        with open("/proc/self/cmdline", "rb") as f:
-            argv = f.read().rstrip(b"\0").split(b"\0")
-        command = " ".join(a.decode(errors="replace") for a in argv)
-        return boot + start_ticks / os.sysconf("SC_CLK_TCK"), command
-    except (OSError, ValueError, IndexError, StopIteration):
-        pass
-    try:
-        import psutil  # not Linux: on the caller's thread, before the publisher thread starts
-
-        proc = psutil.Process()
-        return proc.create_time(), " ".join(proc.cmdline())
-    except Exception:
-        return time.time(), " ".join(sys.argv)
-
-
 def get_publisher(endpoint: str | None = None, *, directory: str | None = None,
                   sigterm_cleanup: bool = True, how: str | None = None) -> Publisher:
     """The process's publisher, created on first use (and again in a forked child); `endpoint`,
@@ -172,7 +149,7 @@ class Publisher:
         self.pid = os.getpid()
         self.host = socket.gethostname()
         self.rank = environment.rank()
-        self.started_at, command = _process_identity()
+        self.started_at, command = process_identity()
         self.command = command[:wire.MAX_TEXT]
         self.records: list[LoaderRecord] = []
         self._names: set[str] = set()

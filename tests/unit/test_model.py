@@ -249,7 +249,7 @@ def test_stats_of_whole_microseconds_are_numpys_percentiles_of_the_milliseconds(
     same floats as interpolating the ms values (numpy's default), the mean within a rounding."""
     import random
 
-    from loadertop.client.model import percentile, stats_of_us
+    from loadertop.client.distributions import percentile, stats_of_us
 
     rng = random.Random(7)
     for _ in range(3000):
