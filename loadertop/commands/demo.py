@@ -208,7 +208,8 @@ def _subscriber(job: DemoJob, window_s: float = 3.0) -> Subscriber:
 def run_screen(job: DemoJob, *, refresh_s: float, no_color: bool) -> int:
     from loadertop.commands.view import run_app
 
-    run_app(_subscriber(job), refresh_s=refresh_s, no_color=no_color, note=job.note)
+    run_app(_subscriber(job), refresh_s=refresh_s, no_color=no_color, note=job.note,
+            on_stuck=job.stop)  # a screen that cannot leave (its terminal gone) still stops the job
     code = job.exit_code()
     if code not in (None, 0):
         print_error(f"the demo job exited with code {code}; its last output:\n{job.log_tail()}")

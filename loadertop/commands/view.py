@@ -5,6 +5,7 @@ The viewer is `loadertop` with no command, so its --help is the program's: it li
 
 from __future__ import annotations
 
+import os
 import signal
 import sys
 
@@ -27,6 +28,11 @@ if TYPE_CHECKING:
 
 MIN_REFRESH_S = 0.05
 EXIT_SIGNALS = (signal.SIGTERM, signal.SIGHUP)  # leave the screen in order on these
+# How long the screen may take to leave in order after one of them before the process ends
+# regardless: Textual 8.2's shutdown writes its last output through a writer thread's bounded
+# queue (LinuxDriver.close -> WriterThread.stop), and once the terminal is gone that wait was
+# seen to last forever, with the demo's job left training.
+EXIT_GRACE_S = 5.0
 
 
 RECORD_POLL_S = 0.5  # while recording, drain (and so flush) at least this often: "at most a second"
@@ -179,34 +185,56 @@ def last_job_note(sub: Subscriber, clock: Callable[[], float] | None = None) -> 
 
 
 def run_app(sub: Subscriber, *, refresh_s: float, no_color: bool,
-            note: Callable[[], str | None] | None = None, poll_s: float | None = None) -> int:
+            note: Callable[[], str | None] | None = None, poll_s: float | None = None,
+            on_stuck: Callable[[], object] | None = None) -> int:
     """The TUI on `sub` until the user quits; the subscriber is closed afterwards.
 
     `note`: a line of context for the header, asked once per refresh (the demo's phase).
     SIGTERM and SIGHUP (a `kill`, a closed terminal) make the app exit as `q` does, so the
-    terminal is left in order — and the demo, which runs this, gets to stop its job."""
+    terminal is left in order — and the demo, which runs this, gets to stop its job (or, where
+    that exit hangs, `on_stuck` stops it: `run_until_exit`)."""
     from loadertop.client.subscriber import NetworkFeed
     from loadertop.tui.app import LoadertopApp
 
     feed = NetworkFeed(sub)
     try:
         extra: dict[str, Any] = {"poll_s": min(poll_s, refresh_s)} if poll_s is not None else {}
-        run_until_exit(LoadertopApp(feed, refresh_s=refresh_s, no_color=no_color, note=note, **extra))
+        run_until_exit(LoadertopApp(feed, refresh_s=refresh_s, no_color=no_color, note=note, **extra),
+                       on_stuck)
     finally:
         feed.close()
     return 0
 
 
-def run_until_exit(app: App[Any]) -> None:
+def run_until_exit(app: App[Any], on_stuck: Callable[[], object] | None = None,
+                   grace_s: float = EXIT_GRACE_S) -> None:
     """Run a Textual app until the user quits; SIGTERM and SIGHUP (a `kill`, a closed terminal)
-    make it exit as `q` does, so the terminal is left in order."""
+    make it exit as `q` does, so the terminal is left in order. Where that exit has not returned
+    `grace_s` after the signal, a watchdog thread calls `on_stuck` (the demo stops its job there)
+    and ends the process with 128 + the signal's number, as the signal's default would have."""
+    import threading
+
+    done = threading.Event()
+
+    def give_up(signum: int) -> None:
+        if done.wait(grace_s):
+            return
+        try:
+            if on_stuck is not None:
+                on_stuck()
+        finally:
+            os._exit(128 + signum)
 
     def exit_app(signum: int, frame: FrameType | None) -> None:
+        if not done.is_set():
+            threading.Thread(target=give_up, args=(signum,), name="loadertop-exit-watchdog",
+                             daemon=True).start()
         app.exit()
 
     previous = {s: signal.signal(s, exit_app) for s in EXIT_SIGNALS}
     try:
         app.run()
     finally:
+        done.set()
         for s, handler in previous.items():
             signal.signal(s, handler)
