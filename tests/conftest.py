@@ -96,8 +96,8 @@ def clean_env(directory: Path | str, **extra: str) -> dict:
 # change what they measure. The rest run on three processes (`-m "not serial" -n 3`, the README's
 # test command); their deadlines only tell a hang from a slow start. A test judged by such a figure
 # joins the rest only once it has held on a saturated machine (two processes burning both cores
-# beside it, twice) and among the rest: the publisher's lifecycle, the torchrun straggler and the
-# quiet start's two timed tests did. The single-process stage pairing (a 3 ms sleep measured past
+# beside it, twice) and among the rest: the publisher's lifecycle, the torchrun straggler, the
+# quiet start's two timed tests and the notebook's panel (its verdict against snapshot's) did. The single-process stage pairing (a 3 ms sleep measured past
 # its 20 ms bound) and the Prometheus exporter's (its p95 wait further from the snapshot's than a
 # bucket's width) held beside the two burning processes but not among the rest.
 # A file of tests/functional named with None: all its tests; else the tests named (those sharing a
@@ -119,10 +119,6 @@ SERIAL: dict[str, frozenset[str] | None] = {
     "test_e2e_diagnosis.py": None,
     "test_e2e_snapshot.py": _FLEET,
     "test_export_prometheus.py": None,  # the p95 wait of two windows within one bucket
-    # the panel's verdict against snapshot's (one kernel serves the file's tests: all of them). It
-    # held twice beside two processes burning both cores, on a machine loaded by others' work;
-    # not tried among the rest yet
-    "test_notebook.py": None,
     "test_e2e_recording.py": frozenset({  # the replay's verdict is the live viewers' verdict
         "test_a_recording_says_what_the_live_viewers_said"}),
     "test_stage_pairing.py": frozenset({  # each fetch of 2 items of 3 ms within 5-20 ms
