@@ -97,9 +97,10 @@ def clean_env(directory: Path | str, **extra: str) -> dict:
 # test command); their deadlines only tell a hang from a slow start. A test judged by such a figure
 # joins the rest only once it has held on a saturated machine (two processes burning both cores
 # beside it, twice) and among the rest: the publisher's lifecycle, the torchrun straggler, the
-# quiet start's two timed tests and the notebook's panel (its verdict against snapshot's) did. The single-process stage pairing (a 3 ms sleep measured past
-# its 20 ms bound) and the Prometheus exporter's (its p95 wait further from the snapshot's than a
-# bucket's width) held beside the two burning processes but not among the rest.
+# quiet start's two timed tests and the notebook's panel (its verdict against snapshot's) did.
+# The single-process stage pairing (a 3 ms sleep measured past its 20 ms bound) and the
+# Prometheus exporter's (its p95 wait further from the snapshot's than a bucket's width) held
+# beside the two burning processes but not among the rest.
 # A file of tests/functional named with None: all its tests; else the tests named (those sharing a
 # module-scoped job: all of them, so that it starts once).
 _FLEET = frozenset({  # test_e2e_snapshot's `fleet`: CPU fractions, fetch times and rates
