@@ -1,10 +1,17 @@
 """The five figures of a distribution (mean, p50, p95, p99, max in ms) that every view shows, from
-a window's samples in whole µs: computed a dozen times per source and refresh, so written for it."""
+a window's samples in whole µs: computed a dozen times per source and refresh, so written for it.
+
+The model asks for a window's figures as `stats_of_parts`: the samples of several reports, each
+report's tuple as decoded, never joined into one list in Python. It is the C one (client/_figures.c)
+where the package's optional extension is built, else `python_stats_of_parts`: the same figures to
+the bit (tests/unit/test_distributions.py). A viewer of a 128-source fleet asks ~1,700 times a
+second (docs/performance.md, "The TUI watching many sources")."""
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from types import ModuleType
 
 from loadertop.client.document import Stats
 
@@ -73,3 +80,27 @@ def stats_of_us(values: list[int]) -> Stats | None:
         p99 = values[lo99] / 1000.0
     return Stats(mean=round(sum(values) / n / 1000.0, 3), p50=p50, p95=p95, p99=p99,
                  max=top / 1000.0 if exact else round(top / 1000.0, 3))
+
+
+
+def python_stats_of_parts(parts: list[Sequence[int]]) -> Stats | None:
+    """`stats_of_us` of the samples of all `parts` together."""
+    values: list[int] = []
+    for part in parts:
+        values += part
+    return stats_of_us(values)
+
+
+_figures: ModuleType | None
+try:
+    from loadertop.client import _figures
+except ImportError:  # pragma: no cover - not built (no compiler at install): the Python one
+    _figures = None
+
+stats_of_parts: Callable[[list[Sequence[int]]], Stats | None]
+if _figures is not None:
+    # What C cannot do to the bit (a sample or a sum past 2**53) it hands to the Python one.
+    _figures.bind(Stats, python_stats_of_parts)
+    stats_of_parts = _figures.stats_of_parts
+else:  # pragma: no cover
+    stats_of_parts = python_stats_of_parts

@@ -12,9 +12,9 @@ snapshot`, `--once` and the TUI all read that document, so a figure means the sa
 
 No torch, no zmq, no textual: messages come in already decoded by `loadertop.wire`.
 
-Longer than this package's other modules (~600 lines) on purpose: every figure a view shows is
-computed here once, from one window, so that the TUI, the snapshot, the report and the exporter
-cannot disagree; split across files, the window's walk and the figures it feeds would drift apart.
+Longer than this package's other modules (~550 lines) on purpose: every figure a view shows is
+computed here once, from one window (`client/window.py` sums its reports), so that the TUI, the
+snapshot, the report and the exporter cannot disagree.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ import msgspec
 
 from loadertop import diagnosis, findings, wire
 from loadertop.client import ranks
-from loadertop.client.distributions import stats_of_us
+from loadertop.client.distributions import stats_of_parts
 from loadertop.client.document import (
     SNAPSHOT_SCHEMA,
     AutotuneBest,
@@ -62,6 +62,7 @@ from loadertop.client.ending import Ending, end_figures, finished, raised
 from loadertop.client.hysteresis import VerdictStabilizer
 from loadertop.client.resources import ResourceHistory
 from loadertop.client.settings import SettingHistory
+from loadertop.client.window import Window
 
 HISTORY_S = 120.0  # reports kept per source (the longest window a viewer can ask for)
 GONE_AFTER_S = 3.0  # no report for this long (reports come every 0.25 s): the source is gone
@@ -139,98 +140,6 @@ class SourceState:
         return (last.rank if last is not None and last.rank is not None else -1,
                 last.host if last is not None else "", last.pid if last is not None else 0,
                 self.first_received)
-
-
-class _WorkerSums:
-    """One worker process's reports in a window, summed."""
-
-    __slots__ = ("fetch_us", "collate_us", "batches", "wall_ns", "cpu_ns")
-
-    def __init__(self) -> None:
-        self.fetch_us: list[int] = []
-        self.collate_us: list[int] = []
-        self.batches = self.wall_ns = self.cpu_ns = 0
-
-
-class _Window:
-    """A source's reports received since `since`, walked once: the sums and sample lists that
-    `Model.source_figures` reads (each figure used to walk the reports itself: ~25 passes a
-    source). The sample lists are fresh: `stats_of_us` may sort them in place.
-
-    Walked again at each refresh rather than kept as running sums: at the default refresh a report
-    stays in a few windows only, and adding and dropping each report from running sums, then
-    joining each worker's sample lists afresh, cost more than the walk (docs/performance.md, "The
-    TUI watching many sources")."""
-
-    __slots__ = ("batches", "covered", "wait_ns", "wait_us", "step_us", "queue_samples",
-                 "queue_ready_sum", "queue_in_flight_sum", "queue_waiting_samples",
-                 "queue_waiting_ready_samples", "queue_waiting_cpu_ns", "queue_waiting_wall_ns",
-                 "process_cpu_ns", "process_cpu_s", "loop_cpu_ns", "loop_cpu_s",
-                 "loop_fetch_wall_ns", "loop_fetch_cpu_ns", "stages", "workers")
-
-    def __init__(self, reports: deque[tuple[float, wire.LoaderReport]], since: float) -> None:
-        batches = wait_ns = 0
-        covered: float = 0  # an empty window says 0, as sum() did
-        wait_us: list[int] = []
-        step_us: list[int] = []
-        q_samples = q_ready = q_in_flight = q_waiting = q_waiting_ready = q_cpu = q_wall = 0
-        process_ns = loop_ns = fetch_wall = fetch_cpu = 0
-        process_s = loop_s = 0.0
-        stages: list[wire.StageReport] = []
-        # Each worker's sums by (id, pid): a worker of an earlier epoch is another process.
-        workers: dict[tuple[int, int | None], _WorkerSums] = {}
-        # The window is the deque's tail (HISTORY_S of reports are kept: ~480, the window ~12),
-        # found from the right, then walked oldest first as the figures expect.
-        recent: list[wire.LoaderReport] = []
-        for received, m in reversed(reports):
-            if received < since:
-                break
-            recent.append(m)
-        recent.reverse()
-        for m in recent:
-            batches += m.batches
-            covered += m.interval_s
-            wait_ns += m.wait_ns
-            wait_us += m.wait_us
-            step_us += m.step_us
-            q = m.queue
-            q_samples += q.samples
-            q_ready += q.ready_sum
-            q_in_flight += q.in_flight_sum
-            q_waiting += q.waiting_samples
-            q_waiting_ready += q.waiting_ready_samples
-            q_cpu += q.waiting_cpu_ns
-            q_wall += q.waiting_wall_ns
-            # The training process's CPU: only the reports that carry it (an older probe's don't).
-            if m.process_cpu_ns is not None:
-                process_ns += m.process_cpu_ns
-                process_s += m.interval_s
-            if m.loop_cpu_ns is not None:
-                loop_ns += m.loop_cpu_ns
-                loop_s += m.interval_s
-            fetch_wall += m.loop_fetch_wall_ns
-            fetch_cpu += m.loop_fetch_cpu_ns
-            if m.stages is not None:
-                stages.append(m.stages)
-            for mw in m.workers:
-                sums = workers.get((mw.id, mw.pid))
-                if sums is None:
-                    sums = workers[mw.id, mw.pid] = _WorkerSums()
-                sums.fetch_us += mw.fetch_us
-                sums.collate_us += mw.collate_us
-                sums.batches += mw.batches
-                sums.wall_ns += mw.fetch_wall_ns
-                sums.cpu_ns += mw.fetch_cpu_ns
-        self.batches, self.covered, self.wait_ns = batches, covered, wait_ns
-        self.wait_us, self.step_us = wait_us, step_us
-        self.queue_samples, self.queue_ready_sum, self.queue_in_flight_sum = (
-            q_samples, q_ready, q_in_flight)
-        self.queue_waiting_samples, self.queue_waiting_ready_samples = q_waiting, q_waiting_ready
-        self.queue_waiting_cpu_ns, self.queue_waiting_wall_ns = q_cpu, q_wall
-        self.process_cpu_ns, self.process_cpu_s = process_ns, process_s
-        self.loop_cpu_ns, self.loop_cpu_s = loop_ns, loop_s
-        self.loop_fetch_wall_ns, self.loop_fetch_cpu_ns = fetch_wall, fetch_cpu
-        self.stages, self.workers = stages, workers
 
 
 def _cores(cpu_ns: int, seconds: float) -> float | None:
@@ -370,9 +279,9 @@ class Model:
     def source_figures(self, state: SourceState, now: float) -> SourceFigures:
         last = state.last
         assert last is not None
-        window = _Window(state.reports, now - self.window_s)
+        window = Window(state.reports, now - self.window_s)
         batches, covered = window.batches, window.covered
-        wait_ms = stats_of_us(window.wait_us)
+        wait_ms = stats_of_parts(window.wait_us)
         rate = batches / covered if covered > 0 else None
         batch_size = last.config.batch_size
         age = max(0.0, now - state.last_received)
@@ -404,7 +313,7 @@ class Model:
             batches_per_s=_round(rate),
             samples_per_s=_round(rate * batch_size) if rate is not None and batch_size else None,
             wait_ms=wait_ms,
-            step_ms=stats_of_us(window.step_us),
+            step_ms=stats_of_parts(window.step_us),
             wait_fraction=wait_fraction,
             blocked_ms=blocked_ms,
             queue=self._queue(last, window),
@@ -455,7 +364,7 @@ class Model:
         return None
 
     @staticmethod
-    def _queue(last: wire.LoaderReport, window: _Window) -> QueueFigures:
+    def _queue(last: wire.LoaderReport, window: Window) -> QueueFigures:
         samples, waiting = window.queue_samples, window.queue_waiting_samples
         q = last.queue
         return QueueFigures(
@@ -472,37 +381,35 @@ class Model:
         )
 
     @staticmethod
-    def _workers(last: wire.LoaderReport, window: _Window,
+    def _workers(last: wire.LoaderReport, window: Window,
                  resources: ResourceHistory) -> tuple[WorkerFigures, ...]:
         out = []
         window_workers = window.workers
         for w in last.workers:
             if w.pid is not None:
-                # The window's own lists: sorted here in place, the stages' union is the same.
                 sums = window_workers.get((w.id, w.pid))
                 if sums is not None:
-                    fetch_us, collate_us = sums.fetch_us, sums.collate_us
-                    batches, wall, cpu = sums.batches, sums.wall_ns, sums.cpu_ns
+                    fetch_us, collate_us, batches, wall, cpu = sums
                 else:
                     fetch_us, collate_us = [], []
                     batches = wall = cpu = 0
             else:  # no pid to tell its processes apart: all of this id's
                 fetch_us, collate_us = [], []
                 batches = wall = cpu = 0
-                for (wid, _), sums in window_workers.items():
+                for (wid, _), (fetch, collate, n, wall_ns, cpu_ns) in window_workers.items():
                     if wid == w.id:
-                        fetch_us += sums.fetch_us
-                        collate_us += sums.collate_us
-                        batches += sums.batches
-                        wall += sums.wall_ns
-                        cpu += sums.cpu_ns
+                        fetch_us += fetch
+                        collate_us += collate
+                        batches += n
+                        wall += wall_ns
+                        cpu += cpu_ns
             slow = resources.worker(w.id, w.pid)
             cpu_percent, busy_ms = w.cpu_percent, w.busy_ms
             out.append(WorkerFigures(
                 id=w.id, pid=w.pid, alive=w.alive, exitcode=w.exitcode,
                 cpu_percent=None if cpu_percent is None else round(cpu_percent, 1),
                 rss_bytes=w.rss_bytes, batches=batches,
-                fetch_ms=stats_of_us(fetch_us), collate_ms=stats_of_us(collate_us),
+                fetch_ms=stats_of_parts(fetch_us), collate_ms=stats_of_parts(collate_us),
                 cpu_fraction=_ratio(cpu, wall),
                 busy_ms=None if busy_ms is None else round(busy_ms, 1),
                 stack=None if w.stack is None else _stack(w.stack),
@@ -512,25 +419,25 @@ class Model:
         return tuple(out)
 
     @staticmethod
-    def _stages(last: wire.LoaderReport, window: _Window) -> StageFigures:
+    def _stages(last: wire.LoaderReport, window: Window) -> StageFigures:
         staged = window.stages
-        fetch_us: list[int] = []
-        collate_us: list[int] = []
-        handoff_us: list[int] = []
+        fetch_us: list[Sequence[int]] = []
+        collate_us: list[Sequence[int]] = []
+        handoff_us: list[Sequence[int]] = []
         paired = producing = handoff = 0
         for st in staged:
             paired += st.paired
             producing += st.producing_ns
             handoff += st.handoff_ns
-            handoff_us += st.handoff_us
+            handoff_us.append(st.handoff_us)
         if last.config.num_workers == 0:
             for st in staged:  # num_workers=0 only: the workers report theirs
-                fetch_us += st.fetch_us
-                collate_us += st.collate_us
+                fetch_us.append(st.fetch_us)
+                collate_us.append(st.collate_us)
         else:
             for sums in window.workers.values():  # every worker process of the window
-                fetch_us += sums.fetch_us
-                collate_us += sums.collate_us
+                fetch_us += sums[0]
+                collate_us += sums[1]
         split = None
         if paired >= MIN_PAIRED_BATCHES and producing + handoff > 0:
             share = round(producing / (producing + handoff), 3)
@@ -541,13 +448,13 @@ class Model:
         census = next(((st.batch_tensors, st.batch_bytes) for st in reversed(staged)
                        if st.batch_tensors is not None), (None, None))
         return StageFigures(
-            fetch_ms=stats_of_us(fetch_us), collate_ms=stats_of_us(collate_us),
-            handoff_ms=stats_of_us(handoff_us) if paired else None,
+            fetch_ms=stats_of_parts(fetch_us), collate_ms=stats_of_parts(collate_us),
+            handoff_ms=stats_of_parts(handoff_us) if paired else None,
             wait_split=split, batches_paired=paired, unpaired=unpaired,
             tensors_per_batch=census[0], bytes_per_batch=census[1])
 
     @staticmethod
-    def _loop(last: wire.LoaderReport, window: _Window, wait_ms: Stats | None) -> LoopFigures:
+    def _loop(last: wire.LoaderReport, window: Window, wait_ms: Stats | None) -> LoopFigures:
         if last.config.num_workers != 0:
             return LoopFigures(fetch_ms=None, cpu_fraction=None)
         # With num_workers=0 the loop's wait in next() *is* the fetch (the same samples: the same

@@ -25,6 +25,7 @@ import msgspec
 import pytest
 
 from loadertop import wire
+from loadertop.client import distributions, model, window
 from loadertop.client.model import Model
 
 import fakes
@@ -159,8 +160,18 @@ def documents() -> list[bytes]:
     return out
 
 
-def test_the_documents_of_a_recorded_fleet_do_not_change_a_byte(request: pytest.FixtureRequest,
-                                                                tmp_path: Path) -> None:
+# The window's walk and distributions in C (client/_figures.c) where built, and their pure-Python
+# twins that run where it is not: both must give the documents of the model before them.
+IMPLEMENTATIONS = ["python"] + (["c"] if window._c_walk is not None else [])
+
+
+@pytest.mark.parametrize("implementation", IMPLEMENTATIONS)
+def test_the_documents_of_a_recorded_fleet_do_not_change_a_byte(
+        implementation: str, request: pytest.FixtureRequest, tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    if implementation == "python":
+        monkeypatch.setattr(window, "_c_walk", None)
+        monkeypatch.setattr(model, "stats_of_parts", distributions.python_stats_of_parts)
     docs = documents()
     digests = [hashlib.sha256(doc).hexdigest() for doc in docs]
     if request.config.getoption("--snapshot-update", default=False):
