@@ -21,6 +21,7 @@
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <structmember.h>
 #include <math.h>
 #include <string.h>
 
@@ -32,7 +33,7 @@ static PyObject *fallback = NULL;     /* distributions' pure-Python stats_of_par
 static PyObject *round_fn = NULL;     /* builtins.round */
 static PyObject *stats_kwnames = NULL; /* ("mean", "p50", "p95", "p99", "max") */
 
-/* round(x, 3) as Python computes it; NULL with an exception set on failure. */
+/* *out = round(x, 3) as Python computes it; -1 with an exception set on failure, else 0. */
 static int round3(double x, double *out) {
     double y = x * 1000.0;
     if (isfinite(y) && y >= 0.0 && y < 4503599627370496.0 /* 2**52 */) {
@@ -202,8 +203,6 @@ static PyObject *bind(PyObject *self, PyObject *args) {
  * looks up once per type. A report of another type, an unset slot, a number that is not an int
  * (or a float where one is summed) or a sum past 64 bits: the walk returns None and Python walks.
  */
-#include <structmember.h>
-
 enum { R_BATCHES, R_INTERVAL, R_WAIT_NS, R_WAIT_US, R_STEP_US, R_QUEUE, R_PROCESS_CPU,
        R_LOOP_CPU, R_FETCH_WALL, R_FETCH_CPU, R_STAGES, R_WORKERS, R_COUNT };
 static const char *report_fields[R_COUNT] = {
